@@ -1,0 +1,76 @@
+//! Command line: `slurm-bridge [--config PATH] <subcommand>`.
+
+pub mod translate;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, ConfigError};
+use crate::wellknown::DEFAULT_CONFIG_PATH;
+
+/// slurm-bridge: Slurm as the scheduler for selected Kubernetes workloads.
+#[derive(Debug, Parser)]
+#[command(name = "slurm-bridge", version, about)]
+pub struct Cli {
+    /// Config file (default /etc/slurm-bridge/config.yaml).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Dry run: read manifests and print the Slurm external job(s) they would become.
+    Translate(translate::TranslateArgs),
+}
+
+/// Load the config: the given path, else the default path when it exists, else the empty
+/// config. The second value says which was used.
+pub fn load_config(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
+    match path {
+        Some(p) => Ok((Config::load(p)?, format!("config {}", p.display()))),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+            Ok((Config::load(Path::new(DEFAULT_CONFIG_PATH))?, format!("config {DEFAULT_CONFIG_PATH}")))
+        }
+        None => Ok((Config::default(), format!("no config file ({DEFAULT_CONFIG_PATH} absent): empty defaults"))),
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let (cfg, origin) = match load_config(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Command::Translate(args) => {
+            let stdin = std::io::stdin();
+            let mut stdout = std::io::stdout().lock();
+            let mut stderr = std::io::stderr().lock();
+            eprintln!("note: using {origin}");
+            match translate::run(&args, &cfg, &mut stdin.lock(), &mut stdout, &mut stderr) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! slurm-bridge: runs Slurm as the scheduler for selected Kubernetes workloads.
+//!
+//! A group of pods becomes one Slurm external job ([`workload`]); the `translate`
+//! subcommand ([`cli::translate`]) shows that mapping for manifests without a cluster.
+
+pub mod cli;
+pub mod config;
+pub mod resources;
+pub mod wellknown;
+pub mod workload;

@@ -1,0 +1,131 @@
+//! GRES (`tres_per_node`) from device-plugin GPUs and DRA extended resources (reference §4.8).
+
+use k8s_openapi::api::core::v1::PodSpec;
+
+use super::pod_resources::{ResourceError, pod_limits};
+use super::quantity::Quantity;
+use crate::wellknown::{DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES};
+
+/// Why a pod's devices cannot be expressed as Slurm GRES.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GresError {
+    /// A resource quantity did not parse.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// A DRA extended resource whose DeviceClass the bridge cannot map to Slurm.
+    #[error(
+        "extended resource {resource} is backed by DeviceClass {class:?}, which slurm-bridge \
+         does not support (supported DeviceClasses: dra.cpu, gpu.nvidia.com, gpu.example.com)"
+    )]
+    UnsupportedDeviceClass {
+        /// Full resource name.
+        resource: String,
+        /// DeviceClass name.
+        class: String,
+    },
+    /// A device count that is not a whole positive number.
+    #[error("resource {resource}: device count {value} is not a whole number")]
+    NotWhole {
+        /// Resource name.
+        resource: String,
+        /// The value given.
+        value: String,
+    },
+}
+
+/// The GRES string for the pods of one external job, from their effective limits.
+///
+/// The largest device count wins across pods and resources; on a tie the first pod (in
+/// the given order) and the first resource name (sorted) wins, so the result is
+/// deterministic (the reference used map order).
+pub fn gres_for<'a>(specs: impl IntoIterator<Item = &'a PodSpec>) -> Result<Option<String>, GresError> {
+    let mut best: Option<(Quantity, String)> = None;
+    for spec in specs {
+        let limits = pod_limits(spec)?;
+        for (name, q) in &limits {
+            let gres_name = if DEVICE_PLUGIN_GPUS.contains(&name.as_str()) {
+                "gres/gpu".to_string()
+            } else if let Some(class) = name.strip_prefix(DEVICECLASS_PREFIX) {
+                if class == DEVICECLASS_DRA_CPU {
+                    continue;
+                }
+                if !GPU_DEVICECLASSES.contains(&class) {
+                    return Err(GresError::UnsupportedDeviceClass { resource: name.clone(), class: class.to_string() });
+                }
+                format!("gres/gpu:{class}")
+            } else {
+                continue;
+            };
+            if q.as_integer().is_none() {
+                return Err(GresError::NotWhole { resource: name.clone(), value: q.to_string() });
+            }
+            if q.is_zero() || q.nanos() < 0 {
+                continue;
+            }
+            if best.as_ref().is_none_or(|(b, _)| q > b) {
+                best = Some((*q, format!("{gres_name}={q}")));
+            }
+        }
+    }
+    Ok(best.map(|(_, s)| s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQ;
+
+    fn pod(limits: &[(&str, &str)]) -> PodSpec {
+        PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some(limits.iter().map(|(k, v)| (k.to_string(), KQ(v.to_string()))).collect()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn table() {
+        let cases: Vec<(Vec<PodSpec>, Option<&str>)> = vec![
+            (vec![pod(&[])], None),
+            (vec![pod(&[("nvidia.com/gpu", "1")])], Some("gres/gpu=1")),
+            (vec![pod(&[("nvidia.com/gpu", "2")])], Some("gres/gpu=2")),
+            (vec![pod(&[("amd.com/gpu", "2")]), pod(&[("amd.com/gpu", "1")])], Some("gres/gpu=2")),
+            (
+                vec![pod(&[("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "1")])],
+                Some("gres/gpu:gpu.nvidia.com=1"),
+            ),
+            (vec![pod(&[("deviceclass.resource.kubernetes.io/dra.cpu", "4")])], None),
+            (
+                vec![
+                    pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")]),
+                    pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "2")]),
+                ],
+                Some("gres/gpu:gpu.example.com=2"),
+            ),
+            // tie: first pod wins
+            (vec![pod(&[("amd.com/gpu", "1")]), pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")])], Some("gres/gpu=1")),
+        ];
+        for (i, (pods, want)) in cases.into_iter().enumerate() {
+            assert_eq!(gres_for(&pods).unwrap().as_deref(), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn unsupported_device_class_is_rejected() {
+        let err = gres_for(&[pod(&[("deviceclass.resource.kubernetes.io/fpga.acme.com", "1")])]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("fpga.acme.com") && text.contains("does not support"), "{text}");
+    }
+
+    #[test]
+    fn fractional_gpu_is_rejected() {
+        assert!(matches!(gres_for(&[pod(&[("nvidia.com/gpu", "500m")])]), Err(GresError::NotWhole { .. })));
+    }
+}

@@ -1,0 +1,145 @@
+//! The external job's `admin_comment`: which pods (and which group) a Slurm job stands for.
+//!
+//! Compatible with the original's `{"pods":["ns/name",...]}`; we add `group` (the group key)
+//! and `uids` (pod uids, parallel to `pods`) so a restarted bridge recognises its jobs.
+//! Decoding is strict about `pods` (an object with a `pods` array of strings; fixes
+//! quirk 5, where `{}` or `null` counted as a bridge job) and tolerant of anything else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Decoded admin_comment of a bridge job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminComment {
+    /// `ns/name` of every pod, sorted.
+    pub pods: Vec<String>,
+    /// Group key (absent in jobs made by the Go original).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Pod uids in the order of `pods` (absent in jobs made by the Go original).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uids: Vec<String>,
+}
+
+/// Why an admin_comment is not a bridge job's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminCommentError {
+    /// Empty text.
+    #[error("admin_comment is empty")]
+    Empty,
+    /// Not JSON.
+    #[error("admin_comment is not JSON: {0}")]
+    NotJson(String),
+    /// JSON without a `pods` array of strings.
+    #[error("admin_comment has no \"pods\" array of strings")]
+    NoPods,
+}
+
+impl AdminComment {
+    /// Build from `(ns/name, uid)` pairs; pods are sorted so the text is deterministic.
+    pub fn new(group: Option<String>, pods: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+        let mut pairs: Vec<(String, Option<String>)> = pods.into_iter().collect();
+        pairs.sort();
+        let with_uids = pairs.iter().all(|(_, u)| u.as_deref().is_some_and(|u| !u.is_empty()));
+        AdminComment {
+            pods: pairs.iter().map(|(p, _)| p.clone()).collect(),
+            uids: if with_uids && !pairs.is_empty() {
+                pairs.into_iter().filter_map(|(_, u)| u).collect()
+            } else {
+                Vec::new()
+            },
+            group,
+        }
+    }
+
+    /// Compact JSON: `{"pods":[...],"group":"...","uids":[...]}`.
+    pub fn encode(&self) -> String {
+        // Serialising strings and vectors of strings cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{\"pods\":[]}"))
+    }
+
+    /// Decode; see the module doc for what is accepted.
+    pub fn decode(text: &str) -> Result<AdminComment, AdminCommentError> {
+        if text.trim().is_empty() {
+            return Err(AdminCommentError::Empty);
+        }
+        let value: Value = serde_json::from_str(text).map_err(|e| AdminCommentError::NotJson(e.to_string()))?;
+        let Value::Object(map) = value else {
+            return Err(AdminCommentError::NoPods);
+        };
+        let Some(Value::Array(items)) = map.get("pods") else {
+            return Err(AdminCommentError::NoPods);
+        };
+        let pods = items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<String>>>()
+            .ok_or(AdminCommentError::NoPods)?;
+        let group = map.get("group").and_then(Value::as_str).map(str::to_string);
+        let uids = match map.get("uids") {
+            Some(Value::Array(u)) => u
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .filter(|u| u.len() == pods.len())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        Ok(AdminComment { pods, group, uids })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn encodes_like_the_original_when_only_pods() {
+        assert_eq!(AdminComment::default().encode(), r#"{"pods":[]}"#);
+        let c = AdminComment::new(None, [("bar/foo".to_string(), None)]);
+        assert_eq!(c.encode(), r#"{"pods":["bar/foo"]}"#);
+    }
+
+    #[test]
+    fn encodes_group_and_sorted_pods_with_uids() {
+        let c = AdminComment::new(
+            Some("podgroup/ns/pg".into()),
+            [("ns/b".to_string(), Some("u-b".to_string())), ("ns/a".to_string(), Some("u-a".to_string()))],
+        );
+        assert_eq!(c.encode(), r#"{"pods":["ns/a","ns/b"],"group":"podgroup/ns/pg","uids":["u-a","u-b"]}"#);
+        assert_eq!(AdminComment::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn decodes_original_and_rejects_non_bridge_comments() {
+        assert_eq!(AdminComment::decode(r#"{"pods":[]}"#).unwrap().pods, Vec::<String>::new());
+        assert_eq!(AdminComment::decode(r#"{"pods":["bar/foo"]}"#).unwrap().pods, vec!["bar/foo"]);
+        assert_eq!(AdminComment::decode(r#"{"pods":["a/b"],"x":1}"#).unwrap().pods, vec!["a/b"]);
+        assert_eq!(AdminComment::decode(""), Err(AdminCommentError::Empty));
+        // quirk 5 fixed: {} and null are not bridge jobs
+        for text in ["{}", "null", "[]", r#"{"pods":"a/b"}"#, r#"{"pods":[1]}"#, "\"x\""] {
+            assert_eq!(AdminComment::decode(text), Err(AdminCommentError::NoPods), "{text}");
+        }
+        assert!(matches!(AdminComment::decode("not json"), Err(AdminCommentError::NotJson(_))));
+    }
+
+    #[test]
+    fn mismatched_uids_are_dropped() {
+        let c = AdminComment::decode(r#"{"pods":["a/b","a/c"],"uids":["1"]}"#).unwrap();
+        assert!(c.uids.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(s in "\\PC*") {
+            let _ = AdminComment::decode(&s);
+        }
+
+        #[test]
+        fn round_trips(pods in proptest::collection::vec("[a-z0-9-]{1,8}/[a-z0-9.-]{1,12}", 0..6), group in proptest::option::of("[a-z/0-9-]{1,20}")) {
+            let c = AdminComment::new(group, pods.into_iter().map(|p| (p, None)));
+            prop_assert_eq!(AdminComment::decode(&c.encode()).unwrap(), c);
+        }
+    }
+}

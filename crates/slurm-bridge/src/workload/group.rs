@@ -1,0 +1,96 @@
+//! Group selection (reference §4.4): which group a pod belongs to, and the external job
+//! that stands for it. This is where a pod group is turned into a Slurm job description's
+//! inputs; [`super::job_desc`] makes the slurmrestd request from the result.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::annotations;
+use super::ir::{SlurmJobIr, pod_key};
+use super::kinds::{self, KindOutput, pod_label, pod_namespace};
+use super::owner::root_owner;
+use super::reader::{ObjectRef, ReadError, WorkloadReader};
+use super::{TranslateError, Translation, kind};
+use crate::resources::gres::gres_for;
+use crate::resources::pod_resources::cpu_and_memory;
+use crate::wellknown::LABEL_COSCHEDULING_POD_GROUP;
+
+/// Translate one pod: find its group and the external job for that group.
+///
+/// 1. Walk the controller chain ([`root_owner`]).
+/// 2. A pod naming a built-in PodGroup in `spec.schedulingGroup` belongs to that group.
+/// 3. Else a pod labelled `scheduling.x-k8s.io/pod-group` belongs to that coscheduling
+///    PodGroup when it exists (NotFound or an unserved kind: the label is ignored, as in
+///    the reference; any other read error is an error rather than a silent single-pod job).
+/// 4. Else the root kind decides (Job, JobSet, LeaderWorkerSet, or one pod).
+/// 5. CPU and memory from the pods, then GRES, then the annotations override.
+pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Translation, TranslateError> {
+    let walk = root_owner(reader, pod).await?;
+    let out = if let Some(pg) = kinds::podgroup::pod_group_name(pod) {
+        kinds::podgroup::translate(reader, pod, pg, &walk).await?
+    } else if let Some(out) = coscheduling(reader, pod).await? {
+        out
+    } else {
+        let root = &walk.object;
+        if root.is(kind::JOB.0, kind::JOB.1) {
+            kinds::job::translate(reader, pod, &root.name).await?
+        } else if root.is(kind::JOBSET.0, kind::JOBSET.1) {
+            kinds::jobset::translate(reader, pod, root).await?
+        } else if root.is(kind::LWS.0, kind::LWS.1) {
+            kinds::lws::translate(reader, pod, root).await?
+        } else if root.is(kind::PODGROUP.0, kind::PODGROUP.1) {
+            kinds::podgroup::translate(reader, pod, &root.name, &walk).await?
+        } else if root.is(kind::COSCHEDULING_PODGROUP.0, kind::COSCHEDULING_PODGROUP.1)
+            && let Some(d) = &walk.dynamic
+        {
+            kinds::coscheduling::translate(reader, pod, root, d).await?
+        } else {
+            kinds::pod::translate(pod, &walk)
+        }
+    };
+    finish(out)
+}
+
+async fn coscheduling<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Option<KindOutput>, TranslateError> {
+    let Some(name) = pod_label(pod, LABEL_COSCHEDULING_POD_GROUP).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let pg_ref = ObjectRef::new(kind::COSCHEDULING_PODGROUP.0, kind::COSCHEDULING_PODGROUP.1, pod_namespace(pod), name);
+    match reader.get(&pg_ref).await {
+        Ok(d) => Ok(Some(kinds::coscheduling::translate(reader, pod, &pg_ref, &d).await?)),
+        Err(ReadError::NotFound(_) | ReadError::NoKind { .. }) => {
+            tracing::debug!(pod = %pod_key(pod), podgroup = %pg_ref, "coscheduling PodGroup not found; label ignored");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resources, GRES and annotations on top of the kind's result (reference §4.4 step 6).
+fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
+    let KindOutput { group_key, root, pods, mut job, annotations: ann, annotation_source, gang } = out;
+    // Check each pod on its own first, so an error names the pod.
+    for p in &pods {
+        let spec = p.spec.clone().unwrap_or_default();
+        cpu_and_memory([&spec]).map_err(|e| TranslateError::Resources { pod: pod_key(p), message: e.to_string() })?;
+        gres_for([&spec]).map_err(|e| TranslateError::Resources { pod: pod_key(p), message: e.to_string() })?;
+    }
+    let specs: Vec<_> = pods.iter().map(|p| p.spec.clone().unwrap_or_default()).collect();
+    let resources_err = |message: String| TranslateError::Resources { pod: pods.first().map(pod_key).unwrap_or_default(), message };
+    let cm = cpu_and_memory(&specs).map_err(|e| resources_err(e.to_string()))?;
+    if cm.cpus_per_task.is_some() {
+        job.cpus_per_task = cm.cpus_per_task;
+    }
+    if cm.mem_per_node_mib.is_some() {
+        job.mem_per_node_mib = cm.mem_per_node_mib;
+    }
+    if let Some(g) = gres_for(&specs).map_err(|e| resources_err(e.to_string()))? {
+        job.gres = Some(g);
+    }
+    annotations::apply(&ann, &mut job)
+        .map_err(|errors| TranslateError::Annotations { source_object: annotation_source.clone(), errors })?;
+    let warnings = annotations::unknown_keys(&ann)
+        .into_iter()
+        .map(|k| format!("{annotation_source}: annotation {k} is not a slurm-bridge job annotation and is ignored"))
+        .collect();
+    Ok(Translation { group_key, ir: SlurmJobIr { root, pods, job }, gang, warnings })
+}

@@ -1,0 +1,159 @@
+//! IR → slurmrestd v0.0.44 job description (reference §5.9.3), the body of
+//! `POST /slurm/v0.0.44/job/submit` (wrapped in `{"job": ...}`) and of job updates.
+
+use slurm_rest::models::{JobDescMsg, JobFlag, NoVal, Shared};
+
+use super::Translation;
+use super::admin_comment::AdminComment;
+use super::ir::{SlurmJobIr, pod_key};
+use crate::config::Config;
+
+/// Working directory of every external job (slurmctld wants one; nothing runs there).
+pub const WORKING_DIRECTORY: &str = "/tmp";
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The admin_comment of the group's external job: sorted pods, their uids, the group key.
+pub fn admin_comment(ir: &SlurmJobIr, group_key: &str) -> AdminComment {
+    AdminComment::new(
+        Some(group_key.to_string()),
+        ir.pods.iter().map(|p| (pod_key(p), p.metadata.uid.clone())),
+    )
+}
+
+/// Build the job description.
+///
+/// Always: `EXTERNAL_JOB`, the admin_comment, `/tmp` as working directory, `nodes` = the
+/// number of pods, `shared` (`["none"]` unless `exclusive=false`). From the config: the
+/// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
+/// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
+/// Unset IR fields are left out.
+pub fn build(ir: &SlurmJobIr, group_key: &str, cfg: &Config, excluded_nodes: &[String]) -> JobDescMsg {
+    let j = &ir.job;
+    JobDescMsg {
+        flags: Some(vec![JobFlag::ExternalJob]),
+        admin_comment: Some(admin_comment(ir, group_key).encode()),
+        current_working_directory: Some(WORKING_DIRECTORY.to_string()),
+        name: j.job_name.clone(),
+        partition: j.partition.clone().or_else(|| non_empty(&cfg.partition)),
+        mcs_label: non_empty(&cfg.mcs_label),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        reservation: j.reservation.clone(),
+        constraints: j.constraints.clone(),
+        licenses: j.licenses.clone(),
+        wckey: j.wckey.clone(),
+        user_id: j.user_id.clone(),
+        group_id: j.group_id.clone(),
+        nodes: Some(ir.pods.len().to_string()),
+        minimum_nodes: j.min_nodes,
+        maximum_nodes: j.max_nodes,
+        tasks_per_node: j.tasks_per_node,
+        cpus_per_task: j.cpus_per_task,
+        memory_per_node: j.mem_per_node_mib.map(NoVal::Set),
+        tres_per_node: j.gres.clone(),
+        time_limit: j.time_limit_minutes.map(NoVal::Set),
+        priority: j.priority.map(NoVal::Set),
+        shared: Some(if j.exclusive.unwrap_or(true) { vec![Shared::None] } else { Vec::new() }),
+        excluded_nodes: (!excluded_nodes.is_empty()).then(|| excluded_nodes.to_vec()),
+        ..Default::default()
+    }
+}
+
+impl Translation {
+    /// The job description for this translation's group.
+    pub fn to_job_desc(&self, cfg: &Config, excluded_nodes: &[String]) -> JobDescMsg {
+        build(&self.ir, &self.group_key, cfg, excluded_nodes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::GangStatus;
+    use crate::workload::ir::JobInfo;
+    use crate::workload::reader::ObjectRef;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
+
+    fn pod(name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("slurm-bridge".into()), ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    fn cfg() -> Config {
+        Config { mcs_label: "kubernetes".into(), partition: "slurm-bridge".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn matches_the_reference_example_with_excluded_nodes() {
+        let t = Translation {
+            group_key: "pod/slurm-bridge/pod-single".into(),
+            ir: SlurmJobIr {
+                root: ObjectRef::new("v1", "Pod", "slurm-bridge", "pod-single"),
+                pods: vec![pod("pod-single")],
+                job: JobInfo {
+                    cpus_per_task: Some(1),
+                    mem_per_node_mib: Some(100),
+                    job_name: Some("pod-single".into()),
+                    time_limit_minutes: Some(1),
+                    tasks_per_node: Some(1),
+                    max_nodes: Some(1),
+                    ..Default::default()
+                },
+            },
+            gang: GangStatus::Complete,
+            warnings: vec![],
+        };
+        let v = serde_json::to_value(t.to_job_desc(&cfg(), &["n3".to_string()])).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "admin_comment": "{\"pods\":[\"slurm-bridge/pod-single\"],\"group\":\"pod/slurm-bridge/pod-single\"}",
+                "cpus_per_task": 1,
+                "current_working_directory": "/tmp",
+                "flags": ["EXTERNAL_JOB"],
+                "maximum_nodes": 1,
+                "mcs_label": "kubernetes",
+                "memory_per_node": {"infinite": false, "number": 100, "set": true},
+                "name": "pod-single",
+                "nodes": "1",
+                "excluded_nodes": ["n3"],
+                "partition": "slurm-bridge",
+                "shared": ["none"],
+                "tasks_per_node": 1,
+                "time_limit": {"infinite": false, "number": 1, "set": true}
+            })
+        );
+    }
+
+    #[test]
+    fn annotation_partition_wins_and_shared_when_not_exclusive() {
+        let ir = SlurmJobIr {
+            root: ObjectRef::new("v1", "Pod", "ns", "p"),
+            pods: vec![pod("b"), pod("a")],
+            job: JobInfo { partition: Some("debug".into()), exclusive: Some(false), priority: Some(5), ..Default::default() },
+        };
+        let d = build(&ir, "g", &cfg(), &[]);
+        assert_eq!(d.partition.as_deref(), Some("debug"));
+        assert_eq!(d.shared, Some(vec![]));
+        assert_eq!(d.nodes.as_deref(), Some("2"));
+        assert_eq!(d.priority, Some(NoVal::Set(5)));
+        assert_eq!(d.excluded_nodes, None);
+        assert!(d.required_nodes.is_none());
+    }
+
+    #[test]
+    fn empty_config_values_are_left_out() {
+        let ir = SlurmJobIr { root: ObjectRef::new("v1", "Pod", "ns", "p"), pods: vec![pod("p")], job: JobInfo::default() };
+        let d = build(&ir, "g", &Config::default(), &[]);
+        assert_eq!(d.partition, None);
+        assert_eq!(d.mcs_label, None);
+        assert_eq!(d.shared, Some(vec![Shared::None]));
+    }
+}

@@ -1,0 +1,703 @@
+//! One isolated Slurm: slurmctld + slurmrestd with their own slurm.conf, ports, keys, state, logs.
+
+use crate::conf::{self, ConfParams};
+use crate::error::{Error, Result};
+use crate::node::NodeSpec;
+use crate::paths::run_dir;
+use crate::process::{self, ProcId};
+use crate::rootfs::{self, REST_USER, Rootfs};
+use crate::{http, ports, sandbox};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The data_parser version slurmrestd serves.
+pub const DATA_PARSER: &str = "v0.0.44";
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to start an instance.
+#[derive(Clone, Debug)]
+pub struct InstanceOptions {
+    /// Instance name; tests leave it `None` for a unique one.
+    pub name: Option<String>,
+    /// External nodes `node-1` .. `node-N` created at start (8 CPUs, 16000 MB, feature slurm-bridge).
+    pub nodes: u32,
+    /// slurm.conf MaxNodeCount; default: 4096, or more when `nodes` needs it.
+    pub max_node_count: Option<u32>,
+    /// Lifetime of the root token.
+    pub token_lifespan: Duration,
+    /// Keep running after this handle is dropped and after this process exits (the CLI's `up`).
+    pub detached: bool,
+}
+
+impl Default for InstanceOptions {
+    fn default() -> Self {
+        InstanceOptions {
+            name: None,
+            nodes: 0,
+            max_node_count: None,
+            token_lifespan: Duration::from_secs(30 * 24 * 3600),
+            detached: false,
+        }
+    }
+}
+
+/// What is written to `meta.json` so other processes (`env`, `exec`, `down`, the stale-instance
+/// sweep) can find and stop an instance.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Meta {
+    name: String,
+    rootfs: PathBuf,
+    rest_port: u16,
+    slurmctld_port: u16,
+    slurmd_port: u16,
+    /// The process that owns the instance; `None` for detached instances.
+    owner: Option<ProcId>,
+    slurmctld: Option<ProcId>,
+    slurmrestd: Option<ProcId>,
+}
+
+#[derive(Default)]
+struct Children {
+    slurmctld: Option<Child>,
+    slurmrestd: Option<Child>,
+    watchdog: Option<Child>,
+}
+
+/// A running Slurm instance. Dropping an owned (non-detached) handle stops it and removes its state.
+pub struct Instance {
+    name: String,
+    dir: PathBuf,
+    rootfs: Rootfs,
+    rest_url: String,
+    token: String,
+    token_file: PathBuf,
+    meta: Mutex<Meta>,
+    children: Mutex<Children>,
+    owned: bool,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("name", &self.name)
+            .field("rest_url", &self.rest_url)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidName { name: name.into() })
+    }
+}
+
+fn tail_of(path: &Path, lines: usize) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = fs::File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn write_secret(path: &Path, data: &[u8]) -> Result<()> {
+    fs::write(path, data).map_err(Error::io(format!("write {}", path.display())))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(Error::io(format!("chmod {}", path.display())))
+}
+
+fn random_bytes(n: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(Error::io("read /dev/urandom"))?;
+    Ok(buf)
+}
+
+impl Instance {
+    /// Starts a new instance and waits until slurmctld and slurmrestd answer. Builds the cached
+    /// root file system first if needed. Blocking; call it from tests directly or via
+    /// `tokio::task::spawn_blocking`.
+    pub fn start(opts: InstanceOptions) -> Result<Instance> {
+        if !process::is_root() {
+            return Err(Error::NotRoot);
+        }
+        let rootfs = rootfs::ensure()?;
+        sweep_stale();
+        let name = match &opts.name {
+            Some(n) => n.clone(),
+            None => format!(
+                "t{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ),
+        };
+        validate_name(&name)?;
+        let dir = run_dir().join(&name);
+        if dir.exists() {
+            if let Ok(existing) = Instance::attach(&name)
+                && existing.is_running()
+            {
+                return Err(Error::AlreadyRunning { name });
+            }
+            rootfs::remove_tree(&dir)?;
+        }
+        for sub in ["state", "spool"] {
+            fs::create_dir_all(dir.join(sub))
+                .map_err(Error::io(format!("create {}", dir.display())))?;
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
+            .map_err(Error::io(format!("chmod {}", dir.display())))?;
+        write_secret(&dir.join("slurm.key"), &random_bytes(1024)?)?;
+        write_secret(&dir.join("jwt_hs256.key"), &random_bytes(32)?)?;
+
+        let owner = if opts.detached {
+            None
+        } else {
+            Some(ProcId::current())
+        };
+        let inst = ports::reserve(3, |p| {
+            let inst = Instance {
+                rest_url: format!("http://127.0.0.1:{}", p[2]),
+                token: String::new(),
+                token_file: dir.join("token"),
+                meta: Mutex::new(Meta {
+                    name: name.clone(),
+                    rootfs: rootfs.path.clone(),
+                    rest_port: p[2],
+                    slurmctld_port: p[0],
+                    slurmd_port: p[1],
+                    owner,
+                    slurmctld: None,
+                    slurmrestd: None,
+                }),
+                children: Mutex::new(Children::default()),
+                owned: true,
+                name: name.clone(),
+                dir: dir.clone(),
+                rootfs: rootfs.clone(),
+            };
+            inst.save_meta()?;
+            Ok(inst)
+        })?;
+        if !opts.detached {
+            inst.spawn_watchdog()?;
+        }
+        // From here on, dropping `inst` on error stops whatever was started.
+        let mut inst = inst;
+        let max_nodes = opts
+            .max_node_count
+            .unwrap_or_else(|| 4096.max(opts.nodes.saturating_add(1024)));
+        inst.start_slurmctld(max_nodes)?;
+        if opts.nodes > 0 {
+            inst.create_node(&NodeSpec::new(format!("node-[1-{}]", opts.nodes)))?;
+        }
+        inst.token = inst.mint_token("root", opts.token_lifespan.as_secs())?;
+        write_secret(&inst.token_file, inst.token.as_bytes())?;
+        inst.start_slurmrestd()?;
+        fs::write(inst.dir.join("env"), inst.env_lines())
+            .map_err(Error::io("write the env file"))?;
+        if opts.detached {
+            inst.owned = false;
+        }
+        Ok(inst)
+    }
+
+    /// A handle on an instance started by another process (for `env`, `exec`, `down`). It does
+    /// not stop the instance when dropped.
+    pub fn attach(name: &str) -> Result<Instance> {
+        validate_name(name)?;
+        let dir = run_dir().join(name);
+        let meta_text =
+            fs::read_to_string(dir.join("meta.json")).map_err(|_| Error::NoSuchInstance {
+                name: name.to_string(),
+            })?;
+        let meta: Meta = serde_json::from_str(&meta_text).map_err(|e| Error::Io {
+            context: format!("parse {}", dir.join("meta.json").display()),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })?;
+        let token_file = dir.join("token");
+        let token = fs::read_to_string(&token_file).unwrap_or_default();
+        Ok(Instance {
+            name: name.to_string(),
+            rest_url: format!("http://127.0.0.1:{}", meta.rest_port),
+            rootfs: Rootfs {
+                path: meta.rootfs.clone(),
+            },
+            token: token.trim().to_string(),
+            token_file,
+            meta: Mutex::new(meta),
+            children: Mutex::new(Children::default()),
+            owned: false,
+            dir,
+        })
+    }
+
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Base URL of slurmrestd, e.g. `http://127.0.0.1:40123`.
+    pub fn rest_url(&self) -> &str {
+        &self.rest_url
+    }
+
+    /// A JWT for user root, valid for the instance's lifetime.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// A file holding [`Instance::token`] (mode 600), as `SLURM_JWT_FILE` expects.
+    pub fn token_file(&self) -> &Path {
+        &self.token_file
+    }
+
+    /// Host path of this instance's slurm.conf (its paths are those seen inside the root fs).
+    pub fn slurm_conf(&self) -> PathBuf {
+        self.dir.join("slurm.conf")
+    }
+
+    /// The host folder holding this instance's config, keys, state and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of slurmctld's log on the host.
+    pub fn slurmctld_log(&self) -> PathBuf {
+        self.dir.join("slurmctld.log")
+    }
+
+    /// The four `KEY=value` lines `slurm-testenv up` and `env` print.
+    pub fn env_lines(&self) -> String {
+        format!(
+            "SLURM_REST_URL={}\nSLURM_JWT={}\nSLURM_JWT_FILE={}\nSLURM_CONF={}\n",
+            self.rest_url,
+            self.token,
+            self.token_file.display(),
+            self.slurm_conf().display()
+        )
+    }
+
+    /// True while slurmctld is alive.
+    pub fn is_running(&self) -> bool {
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        meta.slurmctld.is_some_and(|p| p.is_alive())
+    }
+
+    /// Runs a Slurm client command (scontrol, squeue, sinfo, sbatch, scancel, ...) inside the root
+    /// file system against this instance and returns its output, whatever its exit status.
+    pub fn exec(&self, argv: &[&str]) -> Result<Output> {
+        self.command(argv)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io(format!("run `{}`", sandbox::display_argv(argv))))
+    }
+
+    /// Like [`Instance::exec`] with the caller's stdin/stdout/stderr (the CLI's `exec`).
+    pub fn exec_inherit(&self, argv: &[&str]) -> Result<ExitStatus> {
+        self.command(argv)
+            .status()
+            .map_err(Error::io(format!("run `{}`", sandbox::display_argv(argv))))
+    }
+
+    /// Runs a command and returns its stdout; a non-zero exit is an error carrying stderr.
+    pub fn run(&self, argv: &[&str]) -> Result<String> {
+        let out = self.exec(argv)?;
+        if !out.status.success() {
+            return Err(Error::CommandFailed {
+                command: sandbox::display_argv(argv),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).to_string())
+    }
+
+    fn command(&self, argv: &[&str]) -> Command {
+        sandbox::command(
+            &self.rootfs.path,
+            Some(&self.dir),
+            argv,
+            sandbox::Mode::Exec,
+        )
+    }
+
+    /// Creates external node(s) with `scontrol create`.
+    pub fn create_node(&self, spec: &NodeSpec) -> Result<()> {
+        let args = spec.scontrol_args();
+        let mut argv = vec!["scontrol"];
+        argv.extend(args.iter().map(String::as_str));
+        self.run(&argv).map(|_| ())
+    }
+
+    /// Mints a fresh JWT for `user` (`scontrol token`).
+    pub fn mint_token(&self, user: &str, lifespan_secs: u64) -> Result<String> {
+        let out = self.run(&[
+            "scontrol",
+            "token",
+            &format!("username={user}"),
+            &format!("lifespan={lifespan_secs}"),
+        ])?;
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix("SLURM_JWT="))
+            .map(str::to_string)
+            .ok_or_else(|| Error::CommandFailed {
+                command: "scontrol token".into(),
+                status: "success".into(),
+                stderr: "no SLURM_JWT= line in its output".into(),
+            })
+    }
+
+    fn save_meta(&self) -> Result<()> {
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Io {
+            context: "encode meta.json".into(),
+            source: std::io::Error::other(e),
+        })?;
+        let tmp = self.dir.join("meta.json.tmp");
+        fs::write(&tmp, text).map_err(Error::io("write meta.json"))?;
+        fs::rename(&tmp, self.dir.join("meta.json")).map_err(Error::io("rename meta.json"))
+    }
+
+    fn spawn_daemon(&self, argv: &[&str], log: &Path, extra_env: &[(&str, &str)]) -> Result<Child> {
+        let out = fs::File::create(log).map_err(Error::io(format!("create {}", log.display())))?;
+        let err = out.try_clone().map_err(Error::io("dup log"))?;
+        let mut cmd = sandbox::command(
+            &self.rootfs.path,
+            Some(&self.dir),
+            argv,
+            sandbox::Mode::Daemon,
+        );
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        cmd.spawn().map_err(Error::io(format!(
+            "start `{}`",
+            sandbox::display_argv(argv)
+        )))
+    }
+
+    fn start_slurmctld(&self, max_node_count: u32) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let params = {
+                let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+                ConfParams {
+                    cluster_name: format!("st{}", meta.slurmctld_port),
+                    slurmctld_port: meta.slurmctld_port,
+                    slurmd_port: meta.slurmd_port,
+                    max_node_count,
+                }
+            };
+            fs::write(self.slurm_conf(), conf::render(&params))
+                .map_err(Error::io("write slurm.conf"))?;
+            let log = self.dir.join("slurmctld.out");
+            let child = self.spawn_daemon(&["slurmctld", "-D", "-i"], &log, &[])?;
+            let id = ProcId::of(child.id() as i32);
+            self.children
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .slurmctld = Some(child);
+            self.meta
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .slurmctld = id;
+            self.save_meta()?;
+            match self.wait_slurmctld(&log) {
+                Err(Error::PortInUse { .. }) if attempt < 4 => {
+                    self.stop_child(|c| &mut c.slurmctld);
+                    ports::reserve(2, |p| {
+                        {
+                            let mut meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+                            meta.slurmctld_port = p[0];
+                            meta.slurmd_port = p[1];
+                        }
+                        self.save_meta()
+                    })?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn wait_slurmctld(&self, out_log: &Path) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let port = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmctld_port;
+        loop {
+            if !self.child_alive(|c| &mut c.slurmctld) {
+                let mut tail = tail_of(&self.slurmctld_log(), 15);
+                let out = tail_of(out_log, 10);
+                if !out.is_empty() {
+                    tail = format!("{tail}\n{out}");
+                }
+                if tail.contains("Address already in use") {
+                    return Err(Error::PortInUse {
+                        port,
+                        what: "slurmctld",
+                    });
+                }
+                return Err(Error::DaemonFailed {
+                    daemon: "slurmctld",
+                    reason: "it exited".into(),
+                    log: self.slurmctld_log(),
+                    tail,
+                });
+            }
+            if tail_of(&self.slurmctld_log(), 30).contains("Address already in use") {
+                return Err(Error::PortInUse {
+                    port,
+                    what: "slurmctld",
+                });
+            }
+            if let Ok(out) = self.exec(&["scontrol", "ping"])
+                && String::from_utf8_lossy(&out.stdout).contains("is UP")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::DaemonFailed {
+                    daemon: "slurmctld",
+                    reason: format!(
+                        "`scontrol ping` did not answer UP within {} s",
+                        START_TIMEOUT.as_secs()
+                    ),
+                    log: self.slurmctld_log(),
+                    tail: tail_of(&self.slurmctld_log(), 15),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts slurmrestd (again, after [`Instance::stop_slurmrestd`]) on the instance's REST port
+    /// and waits until it answers.
+    pub fn start_slurmrestd(&self) -> Result<()> {
+        let port = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rest_port;
+        let listen = format!("127.0.0.1:{port}");
+        let log = self.dir.join("slurmrestd.log");
+        let child = self.spawn_daemon(
+            &[
+                "slurmrestd",
+                "-u",
+                REST_USER,
+                "-g",
+                REST_USER,
+                "-a",
+                "rest_auth/jwt",
+                "-s",
+                "slurmctld",
+                "-d",
+                DATA_PARSER,
+                &listen,
+            ],
+            &log,
+            &[("SLURM_JWT", "daemon")],
+        )?;
+        let id = ProcId::of(child.id() as i32);
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmrestd = Some(child);
+        self.meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmrestd = id;
+        self.save_meta()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        let path = format!("/slurm/{DATA_PARSER}/ping/");
+        loop {
+            if !self.child_alive(|c| &mut c.slurmrestd) {
+                let tail = tail_of(&log, 15);
+                if tail.contains("Address already in use") {
+                    return Err(Error::PortInUse {
+                        port,
+                        what: "slurmrestd",
+                    });
+                }
+                return Err(Error::DaemonFailed {
+                    daemon: "slurmrestd",
+                    reason: "it exited".into(),
+                    log,
+                    tail,
+                });
+            }
+            if let Ok(200) = http::get_status(port, &path, &self.token) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::DaemonFailed {
+                    daemon: "slurmrestd",
+                    reason: format!(
+                        "GET {path} did not answer 200 within {} s",
+                        START_TIMEOUT.as_secs()
+                    ),
+                    log: log.clone(),
+                    tail: tail_of(&log, 15),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops slurmrestd only (slurmctld keeps running), to test a client against an outage.
+    pub fn stop_slurmrestd(&self) -> Result<()> {
+        self.stop_child(|c| &mut c.slurmrestd);
+        let id = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmrestd
+            .take();
+        if let Some(id) = id {
+            process::stop_sandbox(id, STOP_TIMEOUT);
+        }
+        self.save_meta()
+    }
+
+    fn child_alive(&self, pick: impl Fn(&mut Children) -> &mut Option<Child>) -> bool {
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        match pick(&mut children) {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    fn stop_child(&self, pick: impl Fn(&mut Children) -> &mut Option<Child>) {
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = pick(&mut children).take() {
+            if let Some(id) = ProcId::of(child.id() as i32) {
+                process::stop_sandbox(id, STOP_TIMEOUT);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A process outside this one that stops the instance if this process dies without doing so
+    /// (killed tests), so nothing outlives it.
+    fn spawn_watchdog(&self) -> Result<()> {
+        let owner = std::process::id();
+        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null
+D="$2"
+for U in $(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$D/meta.json" 2>/dev/null); do
+  if grep -q slurm-testenv-sandbox "/proc/$U/cmdline" 2>/dev/null; then
+    for C in $(cat /proc/$U/task/*/children 2>/dev/null); do kill -9 "$C" 2>/dev/null; done
+    sleep 0.2
+    kill -9 "$U" 2>/dev/null
+  fi
+done
+sleep 0.5
+rm -rf --one-file-system "$D""#;
+        let child = Command::new("/bin/sh")
+            .args(["-c", script, "slurm-testenv-watchdog"])
+            .arg(owner.to_string())
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(Error::io("start the watchdog"))?;
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .watchdog = Some(child);
+        Ok(())
+    }
+
+    /// Stops slurmrestd and slurmctld and removes the instance's state. Works on attached handles
+    /// too (the CLI's `down`).
+    pub fn stop(&self) -> Result<()> {
+        {
+            let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(mut w) = children.watchdog.take() {
+                let _ = w.kill();
+                let _ = w.wait();
+            }
+        }
+        self.stop_child(|c| &mut c.slurmrestd);
+        self.stop_child(|c| &mut c.slurmctld);
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for id in [meta.slurmrestd, meta.slurmctld].into_iter().flatten() {
+            process::stop_sandbox(id, STOP_TIMEOUT);
+        }
+        rootfs::remove_tree(&self.dir)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if self.owned
+            && let Err(e) = self.stop()
+        {
+            eprintln!("slurm-testenv: stopping instance {}: {e}", self.name);
+        }
+    }
+}
+
+/// Stops and removes instances whose owning process died without stopping them, and folders of
+/// detached instances whose slurmctld is gone.
+pub fn sweep_stale() {
+    let Ok(entries) = fs::read_dir(run_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Some(name) = dir.file_name().map(|n| n.to_string_lossy().to_string()) else {
+            continue;
+        };
+        let Ok(inst) = Instance::attach(&name) else {
+            // No meta.json: a start in progress, or debris. Remove debris older than 5 minutes.
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Duration::from_secs(300));
+            if old {
+                let _ = rootfs::remove_tree(&dir);
+            }
+            continue;
+        };
+        let meta = inst.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let stale = match meta.owner {
+            Some(owner) => !owner.is_alive(),
+            None => !meta.slurmctld.is_some_and(|p| p.is_alive()),
+        };
+        if stale {
+            let _ = inst.stop();
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Real Slurm for tests, as controller-runtime's envtest is for kube-apiserver.
+//!
+//! A Debian-unstable root file system with Slurm 26.05 is built once with debootstrap and cached
+//! outside the checkout ([`rootfs`]). Each [`Instance`] runs its own slurmctld and slurmrestd
+//! (JWT auth, data_parser v0.0.44) inside that root file system on free loopback ports, with its
+//! own slurm.conf, keys, state and logs, so tests run in parallel. An instance stops when its
+//! handle is dropped; a watchdog stops it if the test process dies first, and the next start
+//! sweeps anything left behind.
+//!
+//! ```no_run
+//! let slurm = slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
+//!     nodes: 2,
+//!     ..Default::default()
+//! })?;
+//! println!("{} {}", slurm.rest_url(), slurm.run(&["sinfo"])?);
+//! # Ok::<(), slurm_testenv::Error>(())
+//! ```
+
+pub mod conf;
+mod error;
+mod http;
+mod instance;
+pub mod mirror;
+mod node;
+pub mod paths;
+mod ports;
+mod process;
+pub mod rootfs;
+mod sandbox;
+
+pub use error::{Error, Result};
+pub use instance::{DATA_PARSER, Instance, InstanceOptions, sweep_stale};
+pub use node::NodeSpec;

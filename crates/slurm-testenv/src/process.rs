@@ -1,0 +1,124 @@
+//! Host process helpers: liveness with PID-reuse protection, and stopping a sandboxed daemon.
+
+use std::time::{Duration, Instant};
+
+/// A process identity that survives PID reuse: the PID plus its start time (clock ticks since boot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcId {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl ProcId {
+    /// Identity of a live process, or `None` if it does not exist.
+    pub fn of(pid: i32) -> Option<ProcId> {
+        start_time(pid).map(|start_time| ProcId { pid, start_time })
+    }
+
+    /// The current process.
+    pub fn current() -> ProcId {
+        let pid = std::process::id() as i32;
+        ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 })
+    }
+
+    /// True while this very process (not a later one with the same PID) is alive and not a zombie.
+    pub fn is_alive(&self) -> bool {
+        match stat_fields(self.pid) {
+            Some((state, start)) => start == self.start_time && state != 'Z' && state != 'X',
+            None => false,
+        }
+    }
+}
+
+/// `(state, starttime)` from `/proc/PID/stat`.
+fn stat_fields(pid: i32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    // Field 22 of the whole line is starttime; `rest` starts at field 3.
+    let start = fields.get(22 - 3)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid).map(|(_, s)| s)
+}
+
+/// Direct children of a process (all its threads).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+pub fn kill(pid: i32, signal: i32) {
+    if pid > 0 {
+        // SAFETY: plain syscall with a positive PID; failure (already gone) is fine.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Stops a sandbox started with `sandbox::Mode::Daemon`: kills the namespace's PID 1 (the kernel
+/// then kills every process in the namespace), so `unshare` exits by itself and can be reaped by
+/// its parent; falls back to killing `unshare` itself. Waits up to `timeout` for it to go.
+pub fn stop_sandbox(wrapper: ProcId, timeout: Duration) {
+    if !wrapper.is_alive() {
+        return;
+    }
+    for child in children(wrapper.pid) {
+        kill(child, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + timeout;
+    while wrapper.is_alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if wrapper.is_alive() {
+        kill(wrapper.pid, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while wrapper.is_alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// True when running as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_process_is_alive_and_pid_reuse_is_detected() {
+        let me = ProcId::current();
+        assert!(me.start_time > 0);
+        assert!(me.is_alive());
+        let reused = ProcId {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        assert!(!reused.is_alive());
+    }
+
+    #[test]
+    fn missing_process_is_dead() {
+        assert!(ProcId::of(i32::MAX).is_none());
+    }
+}
