@@ -102,3 +102,53 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
     let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}))
 }
+
+/// `/openapi/v3`: one entry per served group-version.
+pub fn openapi_v3_root(reg: &Registry) -> Value {
+    let mut paths = serde_json::Map::new();
+    for t in reg.types() {
+        let key = if t.group.is_empty() {
+            format!("api/{}", t.version)
+        } else {
+            format!("apis/{}/{}", t.group, t.version)
+        };
+        let url = format!("/openapi/v3/{key}?hash=kube-sim");
+        paths.insert(key, json!({"serverRelativeURL": url}));
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`: a minimal document with the
+/// item paths and their PATCH operations (GVK and the `fieldValidation` parameter), which is
+/// what kubectl reads to choose server-side field validation. Schemas are not served.
+pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    for t in reg.types().iter().filter(|t| t.group == group && t.version == version) {
+        let prefix = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+        let item = if t.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", t.plural)
+        };
+        let op = json!({
+            "x-kubernetes-group-version-kind": {"group": t.group, "version": t.version, "kind": t.kind},
+            "x-kubernetes-action": "patch",
+            "parameters": [
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            ],
+            "responses": {"200": {"description": "OK"}},
+        });
+        paths.insert(item, json!({"patch": op}));
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.36.0-kube-sim"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}

@@ -108,6 +108,9 @@ fn route(ctx: &Ctx, path: &str) -> Result<Routed, ApiError> {
         ["apis", g] => return discovery::group(&reg, g).ok_or_else(not_found).and_then(ok),
         ["api", v] => return discovery::resource_list(&reg, "", v).ok_or_else(not_found).and_then(ok),
         ["apis", g, v] => return discovery::resource_list(&reg, g, v).ok_or_else(not_found).and_then(ok),
+        ["openapi", "v3"] => return ok(discovery::openapi_v3_root(&reg)),
+        ["openapi", "v3", "api", v] => return discovery::openapi_v3_gv(&reg, "", v).ok_or_else(not_found).and_then(ok),
+        ["openapi", "v3", "apis", g, v] => return discovery::openapi_v3_gv(&reg, g, v).ok_or_else(not_found).and_then(ok),
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(not_found()),
@@ -180,8 +183,12 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("application/json");
     if ct.contains("yaml") {
         serde_saphyr::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
-    } else if ct.contains("protobuf") {
-        Err(ApiError::unsupported_media(ct))
+    } else if ct.contains("protobuf") || ct.contains("cbor") {
+        Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?}; kube-sim serves JSON only)"),
+        ))
     } else {
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }

@@ -42,7 +42,9 @@ pub enum ConfigError {
     #[error("config file is not valid YAML: {0}")]
     Yaml(String),
     /// The document is not a mapping.
-    #[error("config file must be a YAML mapping of fields (schedulerName, slurmRestApi, ...), got {0}")]
+    #[error(
+        "config file must be a YAML mapping of fields (schedulerName, slurmRestApi, ...), got {0}"
+    )]
     NotAMapping(&'static str),
     /// A field has a bad value.
     #[error("config field {field}: {problem}; expected {expected}")]
@@ -80,8 +82,10 @@ fn type_name(v: &Value) -> &'static str {
 impl Config {
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Config::from_yaml(&text)
     }
 
@@ -92,7 +96,11 @@ impl Config {
         let value = match docs.len() {
             0 => return Ok(Config::default()),
             1 => docs.into_iter().next().unwrap_or(Value::Null),
-            n => return Err(ConfigError::Yaml(format!("expected one YAML document, found {n}"))),
+            n => {
+                return Err(ConfigError::Yaml(format!(
+                    "expected one YAML document, found {n}"
+                )));
+            }
         };
         let map = match value {
             Value::Null => return Ok(Config::default()),
@@ -107,12 +115,27 @@ impl Config {
                 continue;
             }
             match lower.as_str() {
-                "schedulername" => cfg.scheduler_name = string_field(&key, v, "a scheduler name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])")?,
-                "slurmrestapi" => cfg.slurm_rest_api = string_field(&key, v, "a URL such as http://slurm-restapi.slurm:6820")?,
+                "schedulername" => {
+                    cfg.scheduler_name = string_field(
+                        &key,
+                        v,
+                        "a scheduler name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])",
+                    )?
+                }
+                "slurmrestapi" => {
+                    cfg.slurm_rest_api =
+                        string_field(&key, v, "a URL such as http://slurm-restapi.slurm:6820")?
+                }
                 "managednamespaces" => cfg.managed_namespaces = string_list(&key, v)?,
-                "managednamespaceselector" => cfg.managed_namespace_selector = Some(selector(&key, v)?),
-                "mcslabel" => cfg.mcs_label = string_field(&key, v, "a string (the Slurm MCS label)")?,
-                "partition" => cfg.partition = string_field(&key, v, "a Slurm partition name (no spaces)")?,
+                "managednamespaceselector" => {
+                    cfg.managed_namespace_selector = Some(selector(&key, v)?)
+                }
+                "mcslabel" => {
+                    cfg.mcs_label = string_field(&key, v, "a string (the Slurm MCS label)")?
+                }
+                "partition" => {
+                    cfg.partition = string_field(&key, v, "a Slurm partition name (no spaces)")?
+                }
                 _ => {}
             }
         }
@@ -156,7 +179,10 @@ impl Config {
                 if !ok {
                     return Err(field_err(
                         "managedNamespaceSelector",
-                        format!("bad match expression on key {:?} with operator {:?}", expr.key, expr.operator),
+                        format!(
+                            "bad match expression on key {:?} with operator {:?}",
+                            expr.key, expr.operator
+                        ),
                         "operator In or NotIn with values, or Exists or DoesNotExist without values",
                     ));
                 }
@@ -174,14 +200,22 @@ impl Config {
 }
 
 fn field_err(field: &str, problem: String, expected: &'static str) -> ConfigError {
-    ConfigError::Field { field: field.to_string(), problem, expected }
+    ConfigError::Field {
+        field: field.to_string(),
+        problem,
+        expected,
+    }
 }
 
 fn string_field(key: &str, v: Value, expected: &'static str) -> Result<String, ConfigError> {
     match v {
         Value::String(s) => Ok(s),
         Value::Null => Ok(String::new()),
-        other => Err(field_err(key, format!("got {}", type_name(&other)), expected)),
+        other => Err(field_err(
+            key,
+            format!("got {}", type_name(&other)),
+            expected,
+        )),
     }
 }
 
@@ -193,16 +227,23 @@ fn string_list(key: &str, v: Value) -> Result<Vec<String>, ConfigError> {
             .into_iter()
             .map(|i| match i {
                 Value::String(s) => Ok(s),
-                other => Err(field_err(key, format!("list item is {}", type_name(&other)), EXPECTED)),
+                other => Err(field_err(
+                    key,
+                    format!("list item is {}", type_name(&other)),
+                    EXPECTED,
+                )),
             })
             .collect(),
-        other => Err(field_err(key, format!("got {}", type_name(&other)), EXPECTED)),
+        other => Err(field_err(
+            key,
+            format!("got {}", type_name(&other)),
+            EXPECTED,
+        )),
     }
 }
 
 fn selector(key: &str, v: Value) -> Result<LabelSelector, ConfigError> {
-    const EXPECTED: &str =
-        "a label selector: {matchLabels: {key: value}, matchExpressions: [{key, operator, values}]}";
+    const EXPECTED: &str = "a label selector: {matchLabels: {key: value}, matchExpressions: [{key, operator, values}]}";
     if !v.is_object() {
         return Err(field_err(key, format!("got {}", type_name(&v)), EXPECTED));
     }
@@ -212,7 +253,8 @@ fn selector(key: &str, v: Value) -> Result<LabelSelector, ConfigError> {
 /// Kubernetes label value: ≤ 63 chars, alphanumerics plus `-_.`, alphanumeric at both ends.
 pub fn is_label_value(s: &str) -> bool {
     s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && s.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric())
         && s.bytes().last().is_none_or(|b| b.is_ascii_alphanumeric())
 }
@@ -221,13 +263,17 @@ pub fn is_label_value(s: &str) -> bool {
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
 fn is_http_url(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("http://").or_else(|| s.strip_prefix("https://")) else {
+    let Some(rest) = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+    else {
         return false;
     };
     let authority = rest.split('/').next().unwrap_or("");
@@ -250,22 +296,42 @@ mod tests {
     #[test]
     fn empty_input_is_zero_config() {
         assert_eq!(Config::from_yaml("").unwrap(), Config::default());
-        assert_eq!(Config::from_yaml("# just a comment\n").unwrap(), Config::default());
+        assert_eq!(
+            Config::from_yaml("# just a comment\n").unwrap(),
+            Config::default()
+        );
     }
 
     #[test]
     fn each_field() {
-        assert_eq!(Config::from_yaml("schedulerName: foo").unwrap().scheduler_name, "foo");
         assert_eq!(
-            Config::from_yaml("slurmRestApi: http://slurm-restapi.slurm:6820").unwrap().slurm_rest_api,
+            Config::from_yaml("schedulerName: foo")
+                .unwrap()
+                .scheduler_name,
+            "foo"
+        );
+        assert_eq!(
+            Config::from_yaml("slurmRestApi: http://slurm-restapi.slurm:6820")
+                .unwrap()
+                .slurm_rest_api,
             "http://slurm-restapi.slurm:6820"
         );
         assert_eq!(
-            Config::from_yaml("managedNamespaces: [a, b]").unwrap().managed_namespaces,
+            Config::from_yaml("managedNamespaces: [a, b]")
+                .unwrap()
+                .managed_namespaces,
             vec!["a".to_string(), "b".to_string()]
         );
-        assert_eq!(Config::from_yaml("mcsLabel: kubernetes").unwrap().mcs_label, "kubernetes");
-        assert_eq!(Config::from_yaml("partition: slurm-bridge").unwrap().partition, "slurm-bridge");
+        assert_eq!(
+            Config::from_yaml("mcsLabel: kubernetes").unwrap().mcs_label,
+            "kubernetes"
+        );
+        assert_eq!(
+            Config::from_yaml("partition: slurm-bridge")
+                .unwrap()
+                .partition,
+            "slurm-bridge"
+        );
         let sel = Config::from_yaml("managedNamespaceSelector:\n  matchLabels:\n    foo: bar\n")
             .unwrap()
             .managed_namespace_selector
@@ -288,14 +354,40 @@ mod tests {
     #[test]
     fn keys_are_case_insensitive() {
         for key in ["mcsLabel", "MCSLabel", "mcslabel"] {
-            assert_eq!(Config::from_yaml(&format!("{key}: x")).unwrap().mcs_label, "x", "{key}");
+            assert_eq!(
+                Config::from_yaml(&format!("{key}: x")).unwrap().mcs_label,
+                "x",
+                "{key}"
+            );
         }
-        assert_eq!(Config::from_yaml("SCHEDULERNAME: s").unwrap().scheduler_name, "s");
+        assert_eq!(
+            Config::from_yaml("SCHEDULERNAME: s")
+                .unwrap()
+                .scheduler_name,
+            "s"
+        );
     }
 
     #[test]
     fn unknown_keys_ignored() {
-        assert_eq!(Config::from_yaml("foo: bar\npartition: p").unwrap().partition, "p");
+        assert_eq!(
+            Config::from_yaml("foo: bar\npartition: p")
+                .unwrap()
+                .partition,
+            "p"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(text in "\\PC*") {
+            let _ = Config::from_yaml(&text);
+        }
+
+        #[test]
+        fn never_panics_on_config_like_yaml(key in "(schedulerName|slurmRestApi|managedNamespaces|managedNamespaceSelector|mcsLabel|partition|x)", value in "(\\[|\\{|-|:| |[a-z0-9/.:]){0,20}") {
+            let _ = Config::from_yaml(&format!("{key}: {value}\n"));
+        }
     }
 
     #[test]
@@ -317,9 +409,18 @@ mod tests {
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(yaml).unwrap_err().to_string();
-            assert!(err.contains(field) && err.contains("expected"), "{yaml}: {err}");
+            assert!(
+                err.contains(field) && err.contains("expected"),
+                "{yaml}: {err}"
+            );
         }
-        assert!(matches!(Config::from_yaml("- a\n- b"), Err(ConfigError::NotAMapping(_))));
-        assert!(matches!(Config::from_yaml("a: [b"), Err(ConfigError::Yaml(_))));
+        assert!(matches!(
+            Config::from_yaml("- a\n- b"),
+            Err(ConfigError::NotAMapping(_))
+        ));
+        assert!(matches!(
+            Config::from_yaml("a: [b"),
+            Err(ConfigError::Yaml(_))
+        ));
     }
 }

@@ -5,6 +5,10 @@
 
 pub mod cli;
 pub mod config;
+pub mod leader;
 pub mod resources;
+pub mod scheduler;
+pub mod server;
+pub mod slurm;
 pub mod wellknown;
 pub mod workload;

@@ -58,7 +58,8 @@ pub const ANNOTATION_EXTERNAL_NODE_PARTITIONS: &str =
 /// Node annotation: Slurm dynamic topology string of an external node.
 pub const ANNOTATION_TOPOLOGY_SPEC: &str = "topology.slinky.slurm.net/spec";
 /// ResourceClaim annotation set on claims the scheduler generates.
-pub const ANNOTATION_EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resource-claim";
+pub const ANNOTATION_EXTENDED_RESOURCE_CLAIM: &str =
+    "resource.kubernetes.io/extended-resource-claim";
 
 /// Slurm job parameter annotations (`slurmjob.slinky.slurm.net/<suffix>`).
 pub mod slurmjob {
@@ -152,6 +153,41 @@ pub fn managed_node_toleration(scheduler_name: &str) -> k8s_openapi::api::core::
     }
 }
 
+/// Kubernetes `MatchToleration`: same key, operator, value and effect.
+fn same_toleration(
+    a: &k8s_openapi::api::core::v1::Toleration,
+    b: &k8s_openapi::api::core::v1::Toleration,
+) -> bool {
+    a.key == b.key && a.operator == b.operator && a.value == b.value && a.effect == b.effect
+}
+
+/// Add the bridge toleration unless an identical one is there; keeps every other
+/// toleration. Returns true when it was added.
+pub fn merge_toleration(
+    tolerations: &mut Vec<k8s_openapi::api::core::v1::Toleration>,
+    scheduler_name: &str,
+) -> bool {
+    let t = managed_node_toleration(scheduler_name);
+    if tolerations.iter().any(|x| same_toleration(x, &t)) {
+        return false;
+    }
+    tolerations.push(t);
+    true
+}
+
+/// Add the bridge finalizer once (the reference appended it on every call: quirk 1).
+/// Returns true when it was added.
+pub fn add_finalizer_once(
+    meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let list = meta.finalizers.get_or_insert_with(Vec::new);
+    if list.iter().any(|f| f == FINALIZER) {
+        return false;
+    }
+    list.push(FINALIZER.to_string());
+    true
+}
+
 // ---- Devices --------------------------------------------------------------------------
 
 /// Prefix of DRA extended resource names backed by a DeviceClass.
@@ -169,3 +205,68 @@ pub const DEVICE_PLUGIN_GPUS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
 pub const PLUGIN_NAME: &str = "SlurmBridge";
 /// Default config file path.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/slurm-bridge/config.yaml";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Toleration;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn taint_and_toleration_carry_the_scheduler_name() {
+        for name in ["", "foo"] {
+            let taint = managed_node_taint(name);
+            assert_eq!(
+                (
+                    taint.key.as_str(),
+                    taint.value.as_deref(),
+                    taint.effect.as_str()
+                ),
+                (TAINT_MANAGED_NODE, Some(name), "NoExecute")
+            );
+            let t = managed_node_toleration(name);
+            assert_eq!(t.key.as_deref(), Some(TAINT_MANAGED_NODE));
+            assert_eq!(t.operator.as_deref(), Some("Equal"));
+            assert_eq!(t.value.as_deref(), Some(name));
+            assert_eq!(t.effect.as_deref(), Some("NoExecute"));
+            assert_eq!(t.toleration_seconds, None);
+        }
+    }
+
+    #[test]
+    fn merge_toleration_adds_once_and_keeps_others() {
+        let other = Toleration {
+            key: Some("x".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        };
+        let mut list = vec![other.clone()];
+        assert!(merge_toleration(&mut list, "foo"));
+        assert!(!merge_toleration(&mut list, "foo"));
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0], other);
+        // a different scheduler name is a different toleration
+        assert!(merge_toleration(&mut list, "bar"));
+        assert_eq!(list.len(), 3);
+    }
+
+    #[test]
+    fn finalizer_added_once() {
+        let mut meta = ObjectMeta {
+            finalizers: Some(vec!["other".into()]),
+            ..Default::default()
+        };
+        assert!(add_finalizer_once(&mut meta));
+        assert!(!add_finalizer_once(&mut meta));
+        assert_eq!(
+            meta.finalizers.unwrap(),
+            vec!["other".to_string(), FINALIZER.to_string()]
+        );
+    }
+
+    #[test]
+    fn slurmjob_keys_are_sorted_and_prefixed() {
+        assert!(slurmjob::ALL.windows(2).all(|w| w[0] < w[1]));
+        assert!(slurmjob::ALL.iter().all(|k| k.starts_with(SLURMJOB_PREFIX)));
+    }
+}

@@ -351,11 +351,23 @@ impl Client {
 
     /// GET /jobs/state/: id and state of every job (cheap; poll this, then fetch changed jobs).
     pub async fn job_states(&self) -> Result<Vec<JobStateEntry>, Error> {
-        let (_, r): (_, JobStatesResponse) =
-            self.get(&format!("{API_PREFIX}/jobs/state/")).await?;
+        let (_, r): (_, JobStatesResponse) = self.get(&format!("{API_PREFIX}/jobs/state/")).await?;
         let mut jobs = r.jobs;
         jobs.iter_mut().for_each(JobStateEntry::fill_job_id);
         Ok(jobs)
+    }
+
+    /// GET /jobs/state/?job_id={id}: one job's state (about a millisecond). A job Slurm does
+    /// not know (any more) is [`crate::ErrorKind::NotFound`].
+    pub async fn job_state(&self, job_id: u32) -> Result<JobStateEntry, Error> {
+        let path = format!("{API_PREFIX}/jobs/state/?job_id={job_id}");
+        let (status, r): (_, JobStatesResponse) = self.get(&path).await?;
+        let mut jobs = r.jobs;
+        jobs.iter_mut().for_each(JobStateEntry::fill_job_id);
+        match jobs.iter().position(|j| j.job_id == job_id) {
+            Some(i) => Ok(jobs.swap_remove(i)),
+            None => Err(Error::not_found(&format!("GET {path}"), status)),
+        }
     }
 
     /// GET /job/{id}. A job Slurm does not know (any more) is [`crate::ErrorKind::NotFound`].
@@ -443,7 +455,11 @@ impl Client {
             })
             .collect();
         if !failed.is_empty() {
-            return Err(Error::from_entries(&format!("DELETE {path}"), status, failed));
+            return Err(Error::from_entries(
+                &format!("DELETE {path}"),
+                status,
+                failed,
+            ));
         }
         Ok(r)
     }

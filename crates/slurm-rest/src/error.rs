@@ -322,7 +322,11 @@ fn kind_of_number(n: i32, node_call: bool) -> Option<ErrorKind> {
 
 /// Classify by Slurm's error numbers first (the most specific), then by the HTTP status.
 /// `context` is the call (`"GET /slurm/v0.0.44/node/x"`).
-pub(crate) fn classify(context: &str, status: Option<u16>, errors: &[SlurmErrorEntry]) -> ErrorKind {
+pub(crate) fn classify(
+    context: &str,
+    status: Option<u16>,
+    errors: &[SlurmErrorEntry],
+) -> ErrorKind {
     let node_call = context.contains("/node/");
     let not_pending = errors.iter().any(|e| {
         e.error_number == Some(errno::JOB_NOT_PENDING)
@@ -364,13 +368,38 @@ mod tests {
     #[test]
     fn classifies_by_slurm_error_number_then_status() {
         let k = |status, n, t: &str| Error::from_response("GET /x", status, &body(n, t)).kind();
-        assert_eq!(k(404, 2017, "Invalid job id specified"), ErrorKind::NotFound);
-        assert_eq!(k(500, 2017, "Invalid job id specified"), ErrorKind::NotFound);
-        assert_eq!(k(500, 2073, "Job is no longer pending execution"), ErrorKind::JobNotPending);
-        assert_eq!(k(500, 0, "job is no longer pending execution"), ErrorKind::JobNotPending);
-        assert_eq!(k(511, 1007, "Protocol authentication error"), ErrorKind::Authentication);
-        assert_eq!(k(500, 2036, "Requested operation not supported on this system"), ErrorKind::InvalidRequest);
-        assert_eq!(k(500, 1800, "Unable to contact slurm controller"), ErrorKind::Transient);
+        assert_eq!(
+            k(404, 2017, "Invalid job id specified"),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            k(500, 2017, "Invalid job id specified"),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            k(500, 2073, "Job is no longer pending execution"),
+            ErrorKind::JobNotPending
+        );
+        assert_eq!(
+            k(500, 0, "job is no longer pending execution"),
+            ErrorKind::JobNotPending
+        );
+        assert_eq!(
+            k(511, 1007, "Protocol authentication error"),
+            ErrorKind::Authentication
+        );
+        assert_eq!(
+            k(
+                500,
+                2036,
+                "Requested operation not supported on this system"
+            ),
+            ErrorKind::InvalidRequest
+        );
+        assert_eq!(
+            k(500, 1800, "Unable to contact slurm controller"),
+            ErrorKind::Transient
+        );
         assert_eq!(k(502, 0, "bad gateway"), ErrorKind::Transient);
         assert_eq!(k(401, 0, ""), ErrorKind::Authentication);
         assert_eq!(k(500, 4242, "?"), ErrorKind::Other);
@@ -378,7 +407,11 @@ mod tests {
 
     #[test]
     fn keeps_slurm_entries_status_and_text() {
-        let e = Error::from_response("GET /slurm/v0.0.44/job/9", 404, &body(2017, "Invalid job id specified"));
+        let e = Error::from_response(
+            "GET /slurm/v0.0.44/job/9",
+            404,
+            &body(2017, "Invalid job id specified"),
+        );
         assert_eq!(e.http_status(), Some(404));
         assert_eq!(e.slurm_errors().len(), 1);
         assert_eq!(e.slurm_errors()[0].error_number, Some(2017));

@@ -117,9 +117,8 @@ impl FileToken {
                 Some(e),
             )
         })?;
-        let token = parse_token(&raw).ok_or_else(|| {
-            Error::token(format!("token file {} is empty", path.display()), None)
-        })?;
+        let token = parse_token(&raw)
+            .ok_or_else(|| Error::token(format!("token file {} is empty", path.display()), None))?;
         let token: Arc<str> = Arc::from(token);
         tracing::debug!(path = %path.display(), "read Slurm token file");
         *cache = Some((stamp, token.clone()));

@@ -9,7 +9,10 @@ use slurm_rest::{Client, ErrorKind, RetryPolicy, errno};
 
 async fn client_for(answers: Vec<common::Answer>) -> (Client, common::Mock) {
     let m = mock(answers).await;
-    let c = Client::builder(&m.url).retry(RetryPolicy::none()).build().unwrap();
+    let c = Client::builder(&m.url)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
     (c, m)
 }
 
@@ -22,7 +25,10 @@ async fn running_external_job() {
     assert!(j.is_running() && !j.is_pending());
     assert!(j.flags.contains(&JobFlag::ExternalJob));
     assert_eq!(j.nodes.as_deref(), Some("node-2"));
-    assert_eq!(j.admin_comment.as_deref(), Some(r#"{"pods":["ns/p3","ns/p4"]}"#));
+    assert_eq!(
+        j.admin_comment.as_deref(),
+        Some(r#"{"pods":["ns/p3","ns/p4"]}"#)
+    );
     assert_eq!(j.resv_name.as_deref(), Some("fx-resv"));
     assert_eq!(j.partition.as_deref(), Some("slurm-bridge"));
     assert_eq!(j.cpus_per_task, NoVal::Set(2));
@@ -69,11 +75,21 @@ async fn update_of_running_job_is_job_not_pending() {
     assert_eq!(e.kind(), ErrorKind::JobNotPending);
     assert_eq!(e.http_status(), Some(422));
     assert!(e.has_error_number(errno::JOB_NOT_PENDING));
-    assert_eq!(e.slurm_errors()[0].source.as_deref(), Some("slurm_update_job2()"));
-    assert!(e.to_string().contains("Job is no longer pending execution"), "{e}");
+    assert_eq!(
+        e.slurm_errors()[0].source.as_deref(),
+        Some("slurm_update_job2()")
+    );
+    assert!(
+        e.to_string().contains("Job is no longer pending execution"),
+        "{e}"
+    );
     let e = c.update_job(1, &JobDescMsg::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidRequest);
-    assert!(e.to_string().contains("Requested operation not supported on this system"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Requested operation not supported on this system"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -83,7 +99,10 @@ async fn missing_job_is_not_found() {
     assert_eq!(e.kind(), ErrorKind::NotFound);
     assert_eq!(e.slurm_errors()[0].error_number, Some(2017));
     assert!(e.to_string().contains("Invalid job id specified"), "{e}");
-    assert!(e.to_string().contains("Unable to query JobId=999999"), "{e}");
+    assert!(
+        e.to_string().contains("Unable to query JobId=999999"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -98,7 +117,10 @@ async fn cancelled_job_and_cancel_answers() {
     c.cancel_job(2, None, None).await.unwrap();
     let e = c.cancel_job(2, None, None).await.unwrap_err();
     assert!(e.has_error_number(errno::ALREADY_DONE), "{e}");
-    assert!(e.to_string().contains("already completing or completed"), "{e}");
+    assert!(
+        e.to_string().contains("already completing or completed"),
+        "{e}"
+    );
     let e = c.cancel_job(999999, None, None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
     let j = c.job(2).await.unwrap();
@@ -118,9 +140,18 @@ async fn jobs_list_update_time_and_states() {
     assert!(all.last_update.get().is_some_and(|t| t > 1_700_000_000));
     let ids: Vec<u32> = all.jobs.iter().map(|j| j.job_id).collect();
     assert_eq!(ids, [1, 2, 3]);
-    let unchanged = c.jobs(all.last_update.get().map(|t| t as i64)).await.unwrap();
+    let unchanged = c
+        .jobs(all.last_update.get().map(|t| t as i64))
+        .await
+        .unwrap();
     assert!(unchanged.jobs.is_empty());
-    assert!(unchanged.warnings[0].description.as_deref().unwrap().contains("No job changes"));
+    assert!(
+        unchanged.warnings[0]
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("No job changes")
+    );
     let states = c.job_states().await.unwrap();
     assert_eq!(states.len(), 3);
     assert_eq!(states[0].job_id, 1);
@@ -141,7 +172,10 @@ async fn submit_answer() {
     let r = c.submit_job(&desc).await.unwrap();
     assert_eq!(r.job_id, 3);
     assert_eq!(r.step_id.as_deref(), Some("batch"));
-    assert_eq!(m.seen.lock().unwrap()[0].body, r#"{"job":{"flags":["EXTERNAL_JOB"],"nodes":"1"}}"#);
+    assert_eq!(
+        m.seen.lock().unwrap()[0].body,
+        r#"{"job":{"flags":["EXTERNAL_JOB"],"nodes":"1"}}"#
+    );
 }
 
 #[tokio::test]
@@ -235,7 +269,10 @@ async fn partitions_and_reservations() {
         slurm_rest::hostlist::expand(p[0].nodes.configured.as_deref().unwrap()).unwrap(),
         ["node-1", "node-2"]
     );
-    assert_eq!(c.partition("nope").await.unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        c.partition("nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
     let r = c.reservations().await.unwrap();
     assert_eq!(r[0].name, "fx-resv");
     assert_eq!(r[0].node_list.as_deref(), Some("node-2"));
@@ -256,7 +293,10 @@ async fn authentication_failures() {
     assert_eq!(e.kind(), ErrorKind::Authentication);
     assert_eq!(e.http_status(), Some(511));
     assert!(e.has_error_number(errno::PROTOCOL_AUTHENTICATION_ERROR));
-    assert!(e.to_string().contains("Protocol authentication error"), "{e}");
+    assert!(
+        e.to_string().contains("Protocol authentication error"),
+        "{e}"
+    );
     let e = c.jobs(None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Authentication);
     assert!(e.to_string().contains("Authentication failure"), "{e}");

@@ -25,10 +25,7 @@ fn expands_several_groups_and_lists() {
         expand("r[1-2]n[1-3]").unwrap(),
         ["r1n1", "r1n2", "r1n3", "r2n1", "r2n2", "r2n3"]
     );
-    assert_eq!(
-        expand("a,b[1-2],c[3]d").unwrap(),
-        ["a", "b1", "b2", "c3d"]
-    );
+    assert_eq!(expand("a,b[1-2],c[3]d").unwrap(), ["a", "b1", "b2", "c3d"]);
     assert_eq!(expand("").unwrap(), Vec::<String>::new());
     assert_eq!(expand("x[1-2]-y").unwrap(), ["x1-y", "x2-y"]);
 }
@@ -36,8 +33,16 @@ fn expands_several_groups_and_lists() {
 #[test]
 fn rejects_malformed_lists() {
     for bad in [
-        "n[1-3", "n1-3]", "n[]", "n[3-1]", "n[a-b]", "n[1-]", "n[[1]]", "n[1,,2]",
-        "n[0-99999999999999999999]", "n[0-999999999]",
+        "n[1-3",
+        "n1-3]",
+        "n[]",
+        "n[3-1]",
+        "n[a-b]",
+        "n[1-]",
+        "n[[1]]",
+        "n[1,,2]",
+        "n[0-99999999999999999999]",
+        "n[0-999999999]",
     ] {
         let err = expand(bad).expect_err(bad);
         assert!(err.to_string().contains(bad), "{err}");
@@ -46,11 +51,11 @@ fn rejects_malformed_lists() {
 
 #[test]
 fn compresses_runs() {
-    assert_eq!(compress(["node-1", "node-2", "node-3", "node-7"]), "node-[1-3,7]");
     assert_eq!(
-        compress((1..=10).map(|i| format!("n{i:03}"))),
-        "n[001-010]"
+        compress(["node-1", "node-2", "node-3", "node-7"]),
+        "node-[1-3,7]"
     );
+    assert_eq!(compress((1..=10).map(|i| format!("n{i:03}"))), "n[001-010]");
     assert_eq!(compress(["a", "b1", "b2", "x"]), "a,b[1-2],x");
     assert_eq!(compress(["n1", "n01"]), "n1,n01");
     assert_eq!(compress(Vec::<String>::new()), "");

@@ -17,7 +17,11 @@ fn fast_retry() -> RetryPolicy {
 
 #[tokio::test]
 async fn sends_token_user_and_path_prefix() {
-    let m = mock(vec![reply(200, r#"{"job_id": 42, "step_id": "batch", "extra": 1}"#)]).await;
+    let m = mock(vec![reply(
+        200,
+        r#"{"job_id": 42, "step_id": "batch", "extra": 1}"#,
+    )])
+    .await;
     let client = Client::builder(format!("{}/prefix/", m.url))
         .token(TokenProvider::Static("tok-123".into()))
         .user_name(Some("slurm".into()))
@@ -43,7 +47,12 @@ async fn sends_token_user_and_path_prefix() {
 #[tokio::test]
 async fn retries_transient_reads_but_not_submits() {
     let unavailable = reply(503, "");
-    let m = mock(vec![unavailable.clone(), unavailable.clone(), reply(200, r#"{"pings": []}"#)]).await;
+    let m = mock(vec![
+        unavailable.clone(),
+        unavailable.clone(),
+        reply(200, r#"{"pings": []}"#),
+    ])
+    .await;
     let client = Client::builder(&m.url).retry(fast_retry()).build().unwrap();
     client.ping().await.unwrap();
     assert_eq!(m.seen.lock().unwrap().len(), 3);
@@ -53,7 +62,11 @@ async fn retries_transient_reads_but_not_submits() {
     let e = client.submit_job(&Default::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient);
     assert_eq!(e.http_status(), Some(503));
-    assert_eq!(m.seen.lock().unwrap().len(), 1, "a submit that reached slurmrestd is not repeated");
+    assert_eq!(
+        m.seen.lock().unwrap().len(),
+        1,
+        "a submit that reached slurmrestd is not repeated"
+    );
 }
 
 #[tokio::test]
@@ -94,7 +107,10 @@ async fn connection_refused_is_transient_and_retried_even_for_submit() {
 #[tokio::test]
 async fn query_strings_and_path_encoding() {
     let m = mock(vec![
-        reply(200, r#"{"jobs": [], "last_update": {"set": true, "number": 5}}"#),
+        reply(
+            200,
+            r#"{"jobs": [], "last_update": {"set": true, "number": 5}}"#,
+        ),
         reply(200, r#"{"status": []}"#),
         reply(200, r#"{"nodes": []}"#),
     ])
@@ -103,14 +119,21 @@ async fn query_strings_and_path_encoding() {
     let r = client.jobs(Some(1700000000)).await.unwrap();
     assert_eq!(r.last_update.get(), Some(5));
     client
-        .cancel_job(7, Some("SIGTERM"), Some(&[slurm_rest::models::SignalFlag::FullJob]))
+        .cancel_job(
+            7,
+            Some("SIGTERM"),
+            Some(&[slurm_rest::models::SignalFlag::FullJob]),
+        )
         .await
         .unwrap();
     let e = client.node("a b/c").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
     let seen = m.seen.lock().unwrap().clone();
     assert_eq!(seen[0].uri, "/slurm/v0.0.44/jobs/?update_time=1700000000");
-    assert_eq!(seen[1].uri, "/slurm/v0.0.44/job/7?signal=SIGTERM&flags=FULL_JOB");
+    assert_eq!(
+        seen[1].uri,
+        "/slurm/v0.0.44/job/7?signal=SIGTERM&flags=FULL_JOB"
+    );
     assert_eq!(seen[1].method, "DELETE");
     assert_eq!(seen[2].uri, "/slurm/v0.0.44/node/a%20b%2Fc");
 }
@@ -121,6 +144,80 @@ fn bad_base_urls_are_rejected() {
         let e = Client::builder(bad).build().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRequest, "{bad}");
     }
-    let c = Client::builder("https://slurm.example:6820/api/").build().unwrap();
+    let c = Client::builder("https://slurm.example:6820/api/")
+        .build()
+        .unwrap();
     assert_eq!(c.base_url(), "https://slurm.example:6820/api");
+}
+
+#[tokio::test]
+async fn https_base_url_with_a_custom_root() {
+    use std::sync::Arc;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert_der = cert.cert.der().clone();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        rustls::pki_types::PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()),
+    );
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_cfg = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert_der.clone()], key_der)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let body = format!(
+                            r#"{{"pings":[{{"hostname":"tls","responding":true,"primary":true}}],"path":"{}","token":"{}"}}"#,
+                            req.uri().path(),
+                            req.headers()
+                                .get("x-slurm-user-token")
+                                .map(|v| v.to_str().unwrap_or(""))
+                                .unwrap_or("")
+                        );
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(body)),
+                        ))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert_der).unwrap();
+    let client_cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let url = format!("https://127.0.0.1:{port}/api");
+    let client = Client::builder(&url)
+        .token(TokenProvider::Static("tls-token".into()))
+        .tls_config(client_cfg)
+        .build()
+        .unwrap();
+    let pings = client.ping().await.unwrap();
+    assert_eq!(pings[0].hostname.as_deref(), Some("tls"));
+
+    // The default roots (webpki) do not trust the self-signed certificate.
+    let default_roots = Client::builder(&url)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let e = default_roots.ping().await.unwrap_err();
+    assert!(e.to_string().contains("cannot reach slurmrestd"), "{e}");
 }

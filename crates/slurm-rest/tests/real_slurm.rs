@@ -82,7 +82,10 @@ async fn external_job_lifecycle() {
     let job = wait_for(&c, id, "RUNNING", |j| j.is_running()).await;
     assert!(job.flags.contains(&JobFlag::ExternalJob), "{:?}", job.flags);
     assert_eq!(job.nodes.as_deref(), Some("node-2"));
-    assert_eq!(job.admin_comment.as_deref(), Some(r#"{"pods":["ns/pod-a"]}"#));
+    assert_eq!(
+        job.admin_comment.as_deref(),
+        Some(r#"{"pods":["ns/pod-a"]}"#)
+    );
     assert_eq!(job.name.as_deref(), Some("rt-ext"));
     assert_eq!(job.partition.as_deref(), Some("slurm-bridge"));
     assert_eq!(job.time_limit, NoVal::Set(10));
@@ -93,8 +96,16 @@ async fn external_job_lifecycle() {
     assert!(node.has_state(&NodeState::External), "{:?}", node.state);
     assert!(node.has_state(&NodeState::Allocated), "{:?}", node.state);
     let states = c.job_states().await.unwrap();
-    let s = states.iter().find(|s| s.job_id == id).expect("job in /jobs/state/");
+    let s = states
+        .iter()
+        .find(|s| s.job_id == id)
+        .expect("job in /jobs/state/");
     assert_eq!(s.state, [JobState::Running]);
+    assert_eq!(c.job_state(id).await.unwrap().state, [JobState::Running]);
+    assert_eq!(
+        c.job_state(999_999).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
 
     // Listing with update_time: everything, then nothing once up to date.
     let all = c.jobs(None).await.unwrap();
@@ -113,7 +124,10 @@ async fn external_job_lifecycle() {
         since = r.last_update.get().unwrap() as i64;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(settled, "GET /jobs/?update_time never answered 'no changes'");
+    assert!(
+        settled,
+        "GET /jobs/?update_time never answered 'no changes'"
+    );
 
     // Exclusive external job: all 8 cores of the node.
     let layout = c.job_resources(id).await.unwrap();
@@ -148,7 +162,7 @@ async fn external_job_lifecycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_job_update_signal_and_cancel() {
-    let inst = start(2);
+    let inst = std::sync::Arc::new(start(2));
     let c = client(&inst);
     let mut desc = external_job("rt-held", &["ns/held"]);
     desc.hold = Some(true);
@@ -181,6 +195,30 @@ async fn pending_job_update_signal_and_cancel() {
     let e = c.job_resources(id).await.unwrap_err();
     assert!(e.has_error_number(errno::JOB_NOT_RUNNING), "{e}");
 
+    // Reservations: one made with scontrol shows up.
+    let inst2 = inst.clone();
+    tokio::task::spawn_blocking(move || {
+        inst2.run(&[
+            "scontrol",
+            "create",
+            "reservation",
+            "reservationname=rt-resv",
+            "starttime=now",
+            "duration=60",
+            "nodes=node-2",
+            "users=root",
+            "flags=ignore_jobs",
+        ])
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let resv = c.reservations().await.unwrap();
+    assert_eq!(resv.len(), 1, "{resv:?}");
+    assert_eq!(resv[0].name, "rt-resv");
+    assert_eq!(resv[0].node_list.as_deref(), Some("node-2"));
+    assert!(resv[0].flags.contains(&ReservationFlag::IgnoreJobs));
+
     c.cancel_job(id, Some("SIGKILL"), Some(&[SignalFlag::FullJob]))
         .await
         .unwrap();
@@ -205,14 +243,19 @@ async fn node_lifecycle_partitions_and_reservations() {
     assert!(c.nodes().await.unwrap().iter().any(|x| x.name == name));
 
     let e = c
-        .create_node(&format!("NodeName={name} NodeAddr=127.0.0.1 State=EXTERNAL"))
+        .create_node(&format!(
+            "NodeName={name} NodeAddr=127.0.0.1 State=EXTERNAL"
+        ))
         .await
         .unwrap_err();
     assert!(e.has_error_number(errno::NODE_ALREADY_EXISTS), "{e}");
 
-    c.update_node(name, &UpdateNodeMsg::state(NodeState::Drain, Some("rt drain".into())))
-        .await
-        .unwrap();
+    c.update_node(
+        name,
+        &UpdateNodeMsg::state(NodeState::Drain, Some("rt drain".into())),
+    )
+    .await
+    .unwrap();
     let n = c.node(name).await.unwrap();
     assert!(n.has_state(&NodeState::Drain), "{:?}", n.state);
     assert_eq!(n.reason.as_deref(), Some("rt drain"));
@@ -222,12 +265,18 @@ async fn node_lifecycle_partitions_and_reservations() {
         .unwrap();
     assert!(!c.node(name).await.unwrap().has_state(&NodeState::Drain));
 
-    c.update_node(name, &UpdateNodeMsg::state(NodeState::Drain, Some("again".into())))
-        .await
-        .unwrap();
-    c.update_node(name, &UpdateNodeMsg::state(NodeState::Undrain, Some("back".into())))
-        .await
-        .unwrap();
+    c.update_node(
+        name,
+        &UpdateNodeMsg::state(NodeState::Drain, Some("again".into())),
+    )
+    .await
+    .unwrap();
+    c.update_node(
+        name,
+        &UpdateNodeMsg::state(NodeState::Undrain, Some("back".into())),
+    )
+    .await
+    .unwrap();
     assert!(!c.node(name).await.unwrap().has_state(&NodeState::Drain));
 
     let features = vec!["slurm-bridge".to_string(), "gpu".to_string()];
@@ -256,7 +305,13 @@ async fn node_lifecycle_partitions_and_reservations() {
 
     let p = c.partition("slurm-bridge").await.unwrap();
     assert_eq!(p.partition.state, [PartitionState::Up]);
-    assert!(c.partitions().await.unwrap().iter().any(|p| p.name == "slurm-bridge"));
+    assert!(
+        c.partitions()
+            .await
+            .unwrap()
+            .iter()
+            .any(|p| p.name == "slurm-bridge")
+    );
     assert_eq!(
         c.partition("no-such-partition").await.unwrap_err().kind(),
         ErrorKind::NotFound
@@ -311,7 +366,10 @@ async fn token_file_rotation_and_bad_tokens() {
     let e = bad.jobs(None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Authentication, "{e}");
     assert_eq!(e.http_status(), Some(511));
-    assert!(e.has_error_number(errno::PROTOCOL_AUTHENTICATION_ERROR), "{e}");
+    assert!(
+        e.has_error_number(errno::PROTOCOL_AUTHENTICATION_ERROR),
+        "{e}"
+    );
     assert!(!e.to_string().contains("eyJhbGciOiJIUzI1NiJ9"), "{e}");
 
     // No token at all.

@@ -15,6 +15,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use super::jobset::{strip_times, subset_of};
 use super::util::{self, controller_of, controller_ref, generate_name, merged, now};
 
 /// Label with the Job's UID (also the pod selector).
@@ -70,7 +71,7 @@ enum Msg {
     Created {
         job_uid: String,
         index: Option<i32>,
-        result: Result<Pod, kube::Error>,
+        result: Result<Box<Pod>, kube::Error>,
     },
     StatusWritten {
         job_uid: String,
@@ -337,9 +338,7 @@ impl Controller {
                             return;
                         }
                         let o = self.owned.entry(job_uid.clone()).or_default();
-                        if !o.pods.contains_key(&pu) {
-                            o.pods.insert(pu, pod_info(&pod));
-                        }
+                        o.pods.entry(pu).or_insert_with(|| pod_info(&pod));
                         self.dirty.insert(job_uid);
                     }
                     Err(e) => {
@@ -624,7 +623,9 @@ impl Controller {
         let job_uid = uid.to_string();
         tokio::spawn(async move {
             let _permit = sem.acquire_owned().await;
-            let result = create_with_random_name(&api, pod, &prefix).await;
+            let result = create_with_random_name(&api, pod, &prefix)
+                .await
+                .map(Box::new);
             let _ = tx.send(Msg::Created {
                 job_uid,
                 index,
@@ -637,7 +638,11 @@ impl Controller {
         let Some(e) = self.jobs.get_mut(uid) else {
             return;
         };
-        let patch = serde_json::json!({ "status": status });
+        let mut patch = serde_json::json!({ "status": status });
+        if patch["status"].get("startTime").is_none() {
+            // Merge patch: null removes the field (a suspended Job has no start time).
+            patch["status"]["startTime"] = serde_json::Value::Null;
+        }
         if e.status_in_flight || !status_differs(e.job.status.as_ref(), &patch, &e.last_status) {
             return;
         }
@@ -659,30 +664,19 @@ impl Controller {
     }
 }
 
-/// Whether `patch` would change the stored status (ignoring condition timestamps).
+/// Whether `patch` would change the stored status (ignoring condition timestamps) and was
+/// not just written.
 fn status_differs(
     current: Option<&JobStatus>,
     patch: &serde_json::Value,
     last: &Option<serde_json::Value>,
 ) -> bool {
-    let current = serde_json::json!({ "status": current.cloned().unwrap_or_default() });
-    strip_times(&current) != strip_times(patch)
+    let current = serde_json::to_value(current.cloned().unwrap_or_default()).unwrap_or_default();
+    let wanted = strip_times(&patch["status"]);
+    !subset_of(&wanted, &strip_times(&current))
         && last
             .as_ref()
-            .is_none_or(|l| strip_times(l) != strip_times(patch))
-}
-
-fn strip_times(v: &serde_json::Value) -> serde_json::Value {
-    let mut v = v.clone();
-    if let Some(conds) = v["status"]["conditions"].as_array_mut() {
-        for c in conds {
-            if let Some(m) = c.as_object_mut() {
-                m.remove("lastTransitionTime");
-                m.remove("lastProbeTime");
-            }
-        }
-    }
-    v
+            .is_none_or(|l| strip_times(&l["status"]) != wanted)
 }
 
 /// Create `pod` named `<prefix><5 random chars>`, retrying on a name collision.

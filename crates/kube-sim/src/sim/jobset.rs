@@ -131,7 +131,7 @@ enum Msg {
     Created {
         owner: String,
         name: String,
-        result: Result<Job, kube::Error>,
+        result: Result<Box<Job>, kube::Error>,
     },
     StatusWritten {
         owner: String,
@@ -644,7 +644,7 @@ impl Controller {
         let owner = uid.to_string();
         tokio::spawn(async move {
             let _permit = sem.acquire_owned().await;
-            let result = util::retry!(api.create(&PostParams::default(), &job));
+            let result = util::retry!(api.create(&PostParams::default(), &job)).map(Box::new);
             let _ = tx.send(Msg::Created {
                 owner,
                 name,
@@ -687,12 +687,17 @@ impl Controller {
     }
 }
 
-/// True when every field of `a` equals the same field in `b` (objects compared key by key).
+/// True when applying `a` as a merge patch would not change `b` (objects compared key by
+/// key, `null` matching an absent field).
 pub(super) fn subset_of(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     match (a, b) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a
-            .iter()
-            .all(|(k, v)| b.get(k).is_some_and(|bv| subset_of(v, bv))),
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => a.iter().all(|(k, v)| {
+            match b.get(k) {
+                // A null in a merge patch removes the field: absent counts as equal.
+                None => v.is_null(),
+                Some(bv) => subset_of(v, bv),
+            }
+        }),
         _ => a == b,
     }
 }

@@ -112,7 +112,7 @@ enum Msg {
     Created {
         key: Key,
         name: String,
-        result: Result<Pod, kube::Error>,
+        result: Result<Box<Pod>, kube::Error>,
     },
     StatusWritten {
         key: Key,
@@ -598,7 +598,7 @@ impl Controller {
         let key = key.clone();
         tokio::spawn(async move {
             let _permit = sem.acquire_owned().await;
-            let result = util::retry!(api.create(&PostParams::default(), &pod));
+            let result = util::retry!(api.create(&PostParams::default(), &pod)).map(Box::new);
             let _ = tx.send(Msg::Created { key, name, result });
         });
     }

@@ -48,7 +48,9 @@
 //! Each controller is one task with its own watches and in-memory index; creations are
 //! tracked in flight (the real controllers' "expectations") so a slow watch never makes
 //! duplicates. Owned objects are deleted when their owner goes away (the garbage collector's
-//! job, done here because the sim has no garbage collector of its own). Missing CRDs for
+//! job, done here for the objects each controller made), whatever the deletion's
+//! propagation policy: unlike the real API, deleting a Job without one does not orphan its
+//! pods. Missing CRDs for
 //! JobSet and LeaderWorkerSet are installed at start (schema: preserve unknown fields).
 //!
 //! **batch/v1 Job** honours `parallelism` (default 1), `completions` (unset: done when one
@@ -92,8 +94,9 @@
 //! `template-revision-hash`; annotations `leaderworkerset.sigs.k8s.io/size` and, on workers,
 //! `leader-name`; env `LWS_LEADER_ADDRESS`, `LWS_GROUP_SIZE`, `LWS_WORKER_INDEX`; hostname
 //! = pod name, subdomain = LWS name. `startupPolicy` LeaderCreated (default) and LeaderReady
-//! are honoured; with restartPolicy RecreateGroupOnPodRestart (default) a group with a
-//! failed or missing pod is deleted and recreated, with None only the missing pod is.
+//! are honoured; with restartPolicy RecreateGroupOnPodRestart (default) a group with an
+//! ended pod, a pod deleted by someone else, or a missing leader is deleted and recreated;
+//! with None only the ended or missing pods are replaced (workers follow their leader).
 //! Groups past `replicas` are deleted on scale-down. Status: `replicas`, `readyReplicas`,
 //! `updatedReplicas`, condition Available. Not honoured: rolling updates, subgroups,
 //! volume claim templates, exclusive topology.

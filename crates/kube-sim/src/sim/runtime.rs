@@ -98,7 +98,7 @@ pub fn parse_annotation_duration(v: &str) -> Result<Option<Duration>, String> {
 }
 
 fn seconds(secs: f64) -> Result<Duration, String> {
-    if secs.is_finite() && secs >= 0.0 && secs < 1e12 {
+    if secs.is_finite() && (0.0..1e12).contains(&secs) {
         Ok(Duration::from_secs_f64(secs))
     } else {
         Err(format!("{secs} is not a usable number of seconds"))

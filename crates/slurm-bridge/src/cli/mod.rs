@@ -1,5 +1,6 @@
 //! Command line: `slurm-bridge [--config PATH] <subcommand>`.
 
+pub mod scheduler;
 pub mod translate;
 
 use std::path::{Path, PathBuf};
@@ -34,10 +35,14 @@ pub enum Command {
 pub fn load_config(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
     match path {
         Some(p) => Ok((Config::load(p)?, format!("config {}", p.display()))),
-        None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-            Ok((Config::load(Path::new(DEFAULT_CONFIG_PATH))?, format!("config {DEFAULT_CONFIG_PATH}")))
-        }
-        None => Ok((Config::default(), format!("no config file ({DEFAULT_CONFIG_PATH} absent): empty defaults"))),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => Ok((
+            Config::load(Path::new(DEFAULT_CONFIG_PATH))?,
+            format!("config {DEFAULT_CONFIG_PATH}"),
+        )),
+        None => Ok((
+            Config::default(),
+            format!("no config file ({DEFAULT_CONFIG_PATH} absent): empty defaults"),
+        )),
     }
 }
 
@@ -46,7 +51,8 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
     let cli = Cli::parse();

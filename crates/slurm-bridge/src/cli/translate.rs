@@ -88,7 +88,9 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
 
     let pods = reader.pods();
     if pods.is_empty() && report.errors.is_empty() {
-        report.errors.push("no pods found, and no Job, JobSet or LeaderWorkerSet to generate them from".into());
+        report.errors.push(
+            "no pods found, and no Job, JobSet or LeaderWorkerSet to generate them from".into(),
+        );
     }
     let mut done: BTreeSet<String> = BTreeSet::new();
     let mut groups: BTreeSet<String> = BTreeSet::new();
@@ -97,7 +99,11 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
         if done.contains(&key) {
             continue;
         }
-        let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("default-scheduler");
+        let scheduler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or("default-scheduler");
         if !cfg.scheduler_name.is_empty() && scheduler != cfg.scheduler_name {
             report.notes.push(format!(
                 "pod {key} selects scheduler {scheduler:?}, not {:?}; translated anyway (the admission webhook sets it in managed namespaces)",
@@ -119,15 +125,24 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
                 }
                 let incomplete = match &t.gang {
                     GangStatus::Complete => None,
-                    GangStatus::Incomplete { ready, required, .. } => Some(Incomplete {
+                    GangStatus::Incomplete {
+                        ready, required, ..
+                    } => Some(Incomplete {
                         ready: Some(*ready),
                         required: Some(*required),
                         message: t.gang.message(),
                     }),
-                    GangStatus::Closed { .. } => Some(Incomplete { ready: None, required: None, message: t.gang.message() }),
+                    GangStatus::Closed { .. } => Some(Incomplete {
+                        ready: None,
+                        required: None,
+                        message: t.gang.message(),
+                    }),
                 };
                 if let Some(i) = &incomplete {
-                    report.notes.push(format!("group {} is not complete: {}", t.group_key, i.message));
+                    report.notes.push(format!(
+                        "group {} is not complete: {}",
+                        t.group_key, i.message
+                    ));
                 }
                 report.groups.push(GroupOutput {
                     group: t.group_key.clone(),
@@ -182,7 +197,8 @@ pub fn run(
                 writeln!(out)?;
             }
             OutputFormat::Yaml => {
-                let text = serde_saphyr::to_string(group).map_err(|e| std::io::Error::other(e.to_string()))?;
+                let text = serde_saphyr::to_string(group)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 write!(out, "---\n{text}")?;
                 if !text.ends_with('\n') {
                     writeln!(out)?;

@@ -4,7 +4,9 @@ use k8s_openapi::api::core::v1::PodSpec;
 
 use super::pod_resources::{ResourceError, pod_limits};
 use super::quantity::Quantity;
-use crate::wellknown::{DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES};
+use crate::wellknown::{
+    DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES,
+};
 
 /// Why a pod's devices cannot be expressed as Slurm GRES.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,7 +40,9 @@ pub enum GresError {
 /// The largest device count wins across pods and resources; on a tie the first pod (in
 /// the given order) and the first resource name (sorted) wins, so the result is
 /// deterministic (the reference used map order).
-pub fn gres_for<'a>(specs: impl IntoIterator<Item = &'a PodSpec>) -> Result<Option<String>, GresError> {
+pub fn gres_for<'a>(
+    specs: impl IntoIterator<Item = &'a PodSpec>,
+) -> Result<Option<String>, GresError> {
     let mut best: Option<(Quantity, String)> = None;
     for spec in specs {
         let limits = pod_limits(spec)?;
@@ -50,14 +54,20 @@ pub fn gres_for<'a>(specs: impl IntoIterator<Item = &'a PodSpec>) -> Result<Opti
                     continue;
                 }
                 if !GPU_DEVICECLASSES.contains(&class) {
-                    return Err(GresError::UnsupportedDeviceClass { resource: name.clone(), class: class.to_string() });
+                    return Err(GresError::UnsupportedDeviceClass {
+                        resource: name.clone(),
+                        class: class.to_string(),
+                    });
                 }
                 format!("gres/gpu:{class}")
             } else {
                 continue;
             };
             if q.as_integer().is_none() {
-                return Err(GresError::NotWhole { resource: name.clone(), value: q.to_string() });
+                return Err(GresError::NotWhole {
+                    resource: name.clone(),
+                    value: q.to_string(),
+                });
             }
             if q.is_zero() || q.nanos() < 0 {
                 continue;
@@ -81,7 +91,12 @@ mod tests {
             containers: vec![Container {
                 name: "c".into(),
                 resources: Some(ResourceRequirements {
-                    limits: Some(limits.iter().map(|(k, v)| (k.to_string(), KQ(v.to_string()))).collect()),
+                    limits: Some(
+                        limits
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), KQ(v.to_string())))
+                            .collect(),
+                    ),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -96,12 +111,21 @@ mod tests {
             (vec![pod(&[])], None),
             (vec![pod(&[("nvidia.com/gpu", "1")])], Some("gres/gpu=1")),
             (vec![pod(&[("nvidia.com/gpu", "2")])], Some("gres/gpu=2")),
-            (vec![pod(&[("amd.com/gpu", "2")]), pod(&[("amd.com/gpu", "1")])], Some("gres/gpu=2")),
             (
-                vec![pod(&[("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "1")])],
+                vec![pod(&[("amd.com/gpu", "2")]), pod(&[("amd.com/gpu", "1")])],
+                Some("gres/gpu=2"),
+            ),
+            (
+                vec![pod(&[(
+                    "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+                    "1",
+                )])],
                 Some("gres/gpu:gpu.nvidia.com=1"),
             ),
-            (vec![pod(&[("deviceclass.resource.kubernetes.io/dra.cpu", "4")])], None),
+            (
+                vec![pod(&[("deviceclass.resource.kubernetes.io/dra.cpu", "4")])],
+                None,
+            ),
             (
                 vec![
                     pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")]),
@@ -110,7 +134,13 @@ mod tests {
                 Some("gres/gpu:gpu.example.com=2"),
             ),
             // tie: first pod wins
-            (vec![pod(&[("amd.com/gpu", "1")]), pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")])], Some("gres/gpu=1")),
+            (
+                vec![
+                    pod(&[("amd.com/gpu", "1")]),
+                    pod(&[("deviceclass.resource.kubernetes.io/gpu.example.com", "1")]),
+                ],
+                Some("gres/gpu=1"),
+            ),
         ];
         for (i, (pods, want)) in cases.into_iter().enumerate() {
             assert_eq!(gres_for(&pods).unwrap().as_deref(), want, "case {i}");
@@ -119,13 +149,23 @@ mod tests {
 
     #[test]
     fn unsupported_device_class_is_rejected() {
-        let err = gres_for(&[pod(&[("deviceclass.resource.kubernetes.io/fpga.acme.com", "1")])]).unwrap_err();
+        let err = gres_for(&[pod(&[(
+            "deviceclass.resource.kubernetes.io/fpga.acme.com",
+            "1",
+        )])])
+        .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("fpga.acme.com") && text.contains("does not support"), "{text}");
+        assert!(
+            text.contains("fpga.acme.com") && text.contains("does not support"),
+            "{text}"
+        );
     }
 
     #[test]
     fn fractional_gpu_is_rejected() {
-        assert!(matches!(gres_for(&[pod(&[("nvidia.com/gpu", "500m")])]), Err(GresError::NotWhole { .. })));
+        assert!(matches!(
+            gres_for(&[pod(&[("nvidia.com/gpu", "500m")])]),
+            Err(GresError::NotWhole { .. })
+        ));
     }
 }

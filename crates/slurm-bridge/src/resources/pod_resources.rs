@@ -47,7 +47,10 @@ fn parse_list(
 
 /// Requests and limits of one container, with the API server's defaulting applied
 /// (a limit without a request makes the request equal to the limit).
-fn container_resources(c: &Container, which: &str) -> Result<(ResourceList, ResourceList), ResourceError> {
+fn container_resources(
+    c: &Container,
+    which: &str,
+) -> Result<(ResourceList, ResourceList), ResourceError> {
     resource_requirements(c.resources.as_ref(), &format!("{which} {}", c.name))
 }
 
@@ -55,8 +58,14 @@ fn resource_requirements(
     r: Option<&ResourceRequirements>,
     place: &str,
 ) -> Result<(ResourceList, ResourceList), ResourceError> {
-    let mut requests = parse_list(r.and_then(|r| r.requests.as_ref()), &format!("{place} requests"))?;
-    let limits = parse_list(r.and_then(|r| r.limits.as_ref()), &format!("{place} limits"))?;
+    let mut requests = parse_list(
+        r.and_then(|r| r.requests.as_ref()),
+        &format!("{place} requests"),
+    )?;
+    let limits = parse_list(
+        r.and_then(|r| r.limits.as_ref()),
+        &format!("{place} limits"),
+    )?;
     for (name, q) in &limits {
         requests.entry(name.clone()).or_insert(*q);
     }
@@ -87,7 +96,8 @@ enum Side {
 }
 
 fn effective(spec: &PodSpec, side: Side) -> Result<ResourceList, ResourceError> {
-    let pick = |(req, lim): (ResourceList, ResourceList)| if side == Side::Requests { req } else { lim };
+    let pick =
+        |(req, lim): (ResourceList, ResourceList)| if side == Side::Requests { req } else { lim };
     let mut total = ResourceList::new();
     for c in &spec.containers {
         add_into(&mut total, &pick(container_resources(c, "container")?));
@@ -162,7 +172,9 @@ pub struct CpuMem {
 }
 
 /// CPUs and memory for the pods of one external job: the maximum over the pods.
-pub fn cpu_and_memory<'a>(specs: impl IntoIterator<Item = &'a PodSpec>) -> Result<CpuMem, ResourceError> {
+pub fn cpu_and_memory<'a>(
+    specs: impl IntoIterator<Item = &'a PodSpec>,
+) -> Result<CpuMem, ResourceError> {
     let mut cpu_max = Quantity::ZERO;
     let mut mem_max = Quantity::ZERO;
     for spec in specs {
@@ -196,13 +208,22 @@ mod tests {
         if pairs.is_empty() {
             return None;
         }
-        Some(pairs.iter().map(|(k, v)| (k.to_string(), KQ(v.to_string()))).collect())
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), KQ(v.to_string())))
+                .collect(),
+        )
     }
 
     fn container(name: &str, req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
         Container {
             name: name.into(),
-            resources: Some(ResourceRequirements { requests: rl(req), limits: rl(lim), ..Default::default() }),
+            resources: Some(ResourceRequirements {
+                requests: rl(req),
+                limits: rl(lim),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -212,20 +233,48 @@ mod tests {
     }
 
     #[test]
+    fn bytes_to_mib_rounds_up() {
+        for (text, mib) in [
+            ("0", 0),
+            ("-1Mi", 0),
+            ("1", 1),
+            ("1Mi", 1),
+            ("1025Ki", 2),
+            ("1Gi", 1024),
+            ("100M", 96),
+        ] {
+            assert_eq!(bytes_to_mib_ceil(&q(text)), mib, "{text}");
+        }
+    }
+
+    #[test]
     fn no_resources_leaves_both_unset() {
-        let spec = PodSpec { containers: vec![Container { name: "c".into(), ..Default::default() }], ..Default::default() };
+        let spec = PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
         assert_eq!(cpu_and_memory([&spec]).unwrap(), CpuMem::default());
     }
 
     #[test]
     fn max_of_requests_and_limits() {
         let spec = PodSpec {
-            containers: vec![container("c", &[("cpu", "1"), ("memory", "100Mi")], &[("cpu", "2"), ("memory", "200Mi")])],
+            containers: vec![container(
+                "c",
+                &[("cpu", "1"), ("memory", "100Mi")],
+                &[("cpu", "2"), ("memory", "200Mi")],
+            )],
             ..Default::default()
         };
         assert_eq!(
             cpu_and_memory([&spec]).unwrap(),
-            CpuMem { cpus_per_task: Some(2), mem_per_node_mib: Some(200) }
+            CpuMem {
+                cpus_per_task: Some(2),
+                mem_per_node_mib: Some(200)
+            }
         );
     }
 
@@ -233,18 +282,28 @@ mod tests {
     fn max_over_three_pods() {
         let specs: Vec<PodSpec> = [("1", "100Mi"), ("8", "400Mi"), ("4", "300Mi")]
             .iter()
-            .map(|(c, m)| PodSpec { containers: vec![container("c", &[("cpu", c), ("memory", m)], &[])], ..Default::default() })
+            .map(|(c, m)| PodSpec {
+                containers: vec![container("c", &[("cpu", c), ("memory", m)], &[])],
+                ..Default::default()
+            })
             .collect();
         assert_eq!(
             cpu_and_memory(&specs).unwrap(),
-            CpuMem { cpus_per_task: Some(8), mem_per_node_mib: Some(400) }
+            CpuMem {
+                cpus_per_task: Some(8),
+                mem_per_node_mib: Some(400)
+            }
         );
     }
 
     #[test]
     fn dra_cpu_counts_as_cpu() {
         let spec = PodSpec {
-            containers: vec![container("c", &[], &[(crate::wellknown::RESOURCE_DRA_CPU, "4")])],
+            containers: vec![container(
+                "c",
+                &[],
+                &[(crate::wellknown::RESOURCE_DRA_CPU, "4")],
+            )],
             ..Default::default()
         };
         assert_eq!(cpu_and_memory([&spec]).unwrap().cpus_per_task, Some(4));
@@ -252,10 +311,16 @@ mod tests {
 
     #[test]
     fn milli_cpu_rounds_up_and_small_memory_rounds_up_to_one_mib() {
-        let spec = PodSpec { containers: vec![container("c", &[("cpu", "100m"), ("memory", "1k")], &[])], ..Default::default() };
+        let spec = PodSpec {
+            containers: vec![container("c", &[("cpu", "100m"), ("memory", "1k")], &[])],
+            ..Default::default()
+        };
         assert_eq!(
             cpu_and_memory([&spec]).unwrap(),
-            CpuMem { cpus_per_task: Some(1), mem_per_node_mib: Some(1) }
+            CpuMem {
+                cpus_per_task: Some(1),
+                mem_per_node_mib: Some(1)
+            }
         );
     }
 
@@ -280,7 +345,11 @@ mod tests {
     #[test]
     fn overhead_added_to_requests_and_to_present_limits_only() {
         let spec = PodSpec {
-            containers: vec![container("c", &[("cpu", "1"), ("memory", "1Gi")], &[("cpu", "2")])],
+            containers: vec![container(
+                "c",
+                &[("cpu", "1"), ("memory", "1Gi")],
+                &[("cpu", "2")],
+            )],
             overhead: rl(&[("cpu", "250m"), ("memory", "120Mi")]),
             ..Default::default()
         };
@@ -296,7 +365,10 @@ mod tests {
     fn pod_level_resources_override() {
         let spec = PodSpec {
             containers: vec![container("c", &[("cpu", "1")], &[("nvidia.com/gpu", "1")])],
-            resources: Some(ResourceRequirements { limits: rl(&[("cpu", "22"), ("memory", "1Mi")]), ..Default::default() }),
+            resources: Some(ResourceRequirements {
+                limits: rl(&[("cpu", "22"), ("memory", "1Mi")]),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let lim = pod_limits(&spec).unwrap();
@@ -307,13 +379,19 @@ mod tests {
 
     #[test]
     fn limit_defaults_request() {
-        let spec = PodSpec { containers: vec![container("c", &[], &[("memory", "2Gi")])], ..Default::default() };
+        let spec = PodSpec {
+            containers: vec![container("c", &[], &[("memory", "2Gi")])],
+            ..Default::default()
+        };
         assert_eq!(pod_requests(&spec).unwrap()["memory"], q("2Gi"));
     }
 
     #[test]
     fn bad_quantity_names_the_container() {
-        let spec = PodSpec { containers: vec![container("main", &[("cpu", "lots")], &[])], ..Default::default() };
+        let spec = PodSpec {
+            containers: vec![container("main", &[("cpu", "lots")], &[])],
+            ..Default::default()
+        };
         let err = pod_requests(&spec).unwrap_err().to_string();
         assert!(err.contains("container main requests"), "{err}");
         assert!(err.contains("cpu"), "{err}");

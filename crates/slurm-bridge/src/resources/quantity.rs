@@ -33,7 +33,9 @@ impl Quantity {
 
     /// A quantity of `n` whole units.
     pub fn from_units(n: i64) -> Self {
-        Quantity { nanos: n as i128 * NANO }
+        Quantity {
+            nanos: n as i128 * NANO,
+        }
     }
 
     /// A quantity of `n` nano-units.
@@ -68,7 +70,9 @@ impl Quantity {
 
     /// Sum, saturating at the representable range.
     pub fn saturating_add(self, other: Quantity) -> Quantity {
-        Quantity { nanos: self.nanos.saturating_add(other.nanos) }
+        Quantity {
+            nanos: self.nanos.saturating_add(other.nanos),
+        }
     }
 
     /// Parse a Kubernetes quantity string.
@@ -77,7 +81,9 @@ impl Quantity {
     }
 
     /// Parse a `k8s_openapi` quantity.
-    pub fn from_k8s(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Quantity, QuantityError> {
+    pub fn from_k8s(
+        q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    ) -> Result<Quantity, QuantityError> {
         parse(&q.0)
     }
 }
@@ -134,7 +140,8 @@ fn suffix_scale(suffix: &str) -> Option<(i32, u32)> {
             // Decimal exponent: e or E followed by an optionally signed integer.
             let rest = suffix.strip_prefix(['e', 'E'])?;
             let digits = rest.strip_prefix(['+', '-']).unwrap_or(rest);
-            if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            if digits.is_empty() || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
                 return None;
             }
             let e: i32 = rest.parse().ok()?;
@@ -190,7 +197,9 @@ fn parse(text: &str) -> Result<Quantity, QuantityError> {
         if exp > 38 {
             return Err(too_large());
         }
-        mantissa.checked_mul(10i128.pow(exp as u32)).ok_or_else(too_large)?
+        mantissa
+            .checked_mul(10i128.pow(exp as u32))
+            .ok_or_else(too_large)?
     } else {
         let div = -exp;
         if div > 38 {
@@ -203,7 +212,9 @@ fn parse(text: &str) -> Result<Quantity, QuantityError> {
     if nanos > i128::MAX / 1_000_000 {
         return Err(too_large());
     }
-    Ok(Quantity { nanos: if negative { -nanos } else { nanos } })
+    Ok(Quantity {
+        nanos: if negative { -nanos } else { nanos },
+    })
 }
 
 #[cfg(test)]
@@ -251,11 +262,22 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for text in ["", "NaN", "1.2.3", "1Kb", "k", "1 Gi", " 1", "1e", "1ee3", ".", "-", "1i", "0x10"] {
-            assert!(Quantity::parse(text).is_err(), "{text:?} should be rejected");
+        for text in [
+            "", "NaN", "1.2.3", "1Kb", "k", "1 Gi", " 1", "1e", "1ee3", ".", "-", "1i", "0x10",
+        ] {
+            assert!(
+                Quantity::parse(text).is_err(),
+                "{text:?} should be rejected"
+            );
         }
-        assert!(matches!(Quantity::parse("1e300"), Err(QuantityError::TooLarge(_))));
-        assert!(matches!(Quantity::parse("99999999999999999999999999999999999999999"), Err(QuantityError::TooLarge(_))));
+        assert!(matches!(
+            Quantity::parse("1e300"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert!(matches!(
+            Quantity::parse("99999999999999999999999999999999999999999"),
+            Err(QuantityError::TooLarge(_))
+        ));
     }
 
     #[test]

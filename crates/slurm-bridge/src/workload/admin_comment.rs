@@ -37,10 +37,15 @@ pub enum AdminCommentError {
 
 impl AdminComment {
     /// Build from `(ns/name, uid)` pairs; pods are sorted so the text is deterministic.
-    pub fn new(group: Option<String>, pods: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+    pub fn new(
+        group: Option<String>,
+        pods: impl IntoIterator<Item = (String, Option<String>)>,
+    ) -> Self {
         let mut pairs: Vec<(String, Option<String>)> = pods.into_iter().collect();
         pairs.sort();
-        let with_uids = pairs.iter().all(|(_, u)| u.as_deref().is_some_and(|u| !u.is_empty()));
+        let with_uids = pairs
+            .iter()
+            .all(|(_, u)| u.as_deref().is_some_and(|u| !u.is_empty()));
         AdminComment {
             pods: pairs.iter().map(|(p, _)| p.clone()).collect(),
             uids: if with_uids && !pairs.is_empty() {
@@ -63,7 +68,8 @@ impl AdminComment {
         if text.trim().is_empty() {
             return Err(AdminCommentError::Empty);
         }
-        let value: Value = serde_json::from_str(text).map_err(|e| AdminCommentError::NotJson(e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| AdminCommentError::NotJson(e.to_string()))?;
         let Value::Object(map) = value else {
             return Err(AdminCommentError::NoPods);
         };
@@ -89,6 +95,16 @@ impl AdminComment {
     }
 }
 
+/// Split a `ns/name` pod string; a string without `/` is a name without namespace.
+/// More than one `/` is not a pod key (the reference kept the first part as the name).
+pub fn split_pod_key(key: &str) -> Option<(&str, &str)> {
+    match key.split_once('/') {
+        None => Some(("", key)),
+        Some((ns, name)) if !name.contains('/') => Some((ns, name)),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,23 +121,71 @@ mod tests {
     fn encodes_group_and_sorted_pods_with_uids() {
         let c = AdminComment::new(
             Some("podgroup/ns/pg".into()),
-            [("ns/b".to_string(), Some("u-b".to_string())), ("ns/a".to_string(), Some("u-a".to_string()))],
+            [
+                ("ns/b".to_string(), Some("u-b".to_string())),
+                ("ns/a".to_string(), Some("u-a".to_string())),
+            ],
         );
-        assert_eq!(c.encode(), r#"{"pods":["ns/a","ns/b"],"group":"podgroup/ns/pg","uids":["u-a","u-b"]}"#);
+        assert_eq!(
+            c.encode(),
+            r#"{"pods":["ns/a","ns/b"],"group":"podgroup/ns/pg","uids":["u-a","u-b"]}"#
+        );
         assert_eq!(AdminComment::decode(&c.encode()).unwrap(), c);
     }
 
     #[test]
     fn decodes_original_and_rejects_non_bridge_comments() {
-        assert_eq!(AdminComment::decode(r#"{"pods":[]}"#).unwrap().pods, Vec::<String>::new());
-        assert_eq!(AdminComment::decode(r#"{"pods":["bar/foo"]}"#).unwrap().pods, vec!["bar/foo"]);
-        assert_eq!(AdminComment::decode(r#"{"pods":["a/b"],"x":1}"#).unwrap().pods, vec!["a/b"]);
+        assert_eq!(
+            AdminComment::decode(r#"{"pods":[]}"#).unwrap().pods,
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            AdminComment::decode(r#"{"pods":["bar/foo"]}"#)
+                .unwrap()
+                .pods,
+            vec!["bar/foo"]
+        );
+        assert_eq!(
+            AdminComment::decode(r#"{"pods":["a/b"],"x":1}"#)
+                .unwrap()
+                .pods,
+            vec!["a/b"]
+        );
         assert_eq!(AdminComment::decode(""), Err(AdminCommentError::Empty));
         // quirk 5 fixed: {} and null are not bridge jobs
-        for text in ["{}", "null", "[]", r#"{"pods":"a/b"}"#, r#"{"pods":[1]}"#, "\"x\""] {
-            assert_eq!(AdminComment::decode(text), Err(AdminCommentError::NoPods), "{text}");
+        for text in [
+            "{}",
+            "null",
+            "[]",
+            r#"{"pods":"a/b"}"#,
+            r#"{"pods":[1]}"#,
+            "\"x\"",
+        ] {
+            assert_eq!(
+                AdminComment::decode(text),
+                Err(AdminCommentError::NoPods),
+                "{text}"
+            );
         }
-        assert!(matches!(AdminComment::decode("not json"), Err(AdminCommentError::NotJson(_))));
+        assert!(matches!(
+            AdminComment::decode("not json"),
+            Err(AdminCommentError::NotJson(_))
+        ));
+    }
+
+    #[test]
+    fn pod_keys() {
+        assert_eq!(split_pod_key(""), Some(("", "")));
+        assert_eq!(split_pod_key("foo/bar"), Some(("foo", "bar")));
+        assert_eq!(split_pod_key("bar"), Some(("", "bar")));
+        assert_eq!(split_pod_key("a/b/c"), None);
+    }
+
+    #[test]
+    fn equality_is_by_content() {
+        let a = AdminComment::new(None, [("ns/a".to_string(), None)]);
+        assert_eq!(a, AdminComment::decode(r#"{"pods":["ns/a"]}"#).unwrap());
+        assert_ne!(a, AdminComment::default());
     }
 
     #[test]

@@ -21,14 +21,17 @@ pub struct AnnotationError {
     pub expected: &'static str,
 }
 
-const EXPECT_CPU: &str = "a positive Kubernetes CPU quantity such as 2 or 1500m (rounded up to whole CPUs)";
-const EXPECT_MEM: &str = "a positive Kubernetes memory quantity such as 4Gi or 512Mi (rounded up to whole MiB)";
+const EXPECT_CPU: &str =
+    "a positive Kubernetes CPU quantity such as 2 or 1500m (rounded up to whole CPUs)";
+const EXPECT_MEM: &str =
+    "a positive Kubernetes memory quantity such as 4Gi or 512Mi (rounded up to whole MiB)";
 const EXPECT_BOOL: &str = "true or false";
 const EXPECT_NODES: &str = "a whole number of nodes from 1 to 2147483647";
 const EXPECT_MINUTES: &str = "a whole number of minutes from 1 to 2147483647";
 const EXPECT_PRIORITY: &str = "a whole number from 0 to 4294967293";
 const EXPECT_STRING: &str = "a non-empty string";
-const EXPECT_MIN_LE_MAX: &str = "a minimum node count not above slurmjob.slinky.slurm.net/max-nodes";
+const EXPECT_MIN_LE_MAX: &str =
+    "a minimum node count not above slurmjob.slinky.slurm.net/max-nodes";
 
 /// CPUs per task from a quantity, rounded up.
 pub fn parse_cpu(value: &str) -> Result<u32, &'static str> {
@@ -86,13 +89,20 @@ pub fn parse_priority(value: &str) -> Result<u32, &'static str> {
 
 fn parse_string(value: &str) -> Result<String, &'static str> {
     let v = value.trim();
-    if v.is_empty() { Err(EXPECT_STRING) } else { Ok(v.to_string()) }
+    if v.is_empty() {
+        Err(EXPECT_STRING)
+    } else {
+        Ok(v.to_string())
+    }
 }
 
 /// Apply every `slurmjob.slinky.slurm.net/*` annotation to `job` (annotations override
 /// values derived from the workload). Fields of valid keys are applied even when other
 /// keys are bad; all bad keys are returned.
-pub fn apply(annotations: &BTreeMap<String, String>, job: &mut JobInfo) -> Result<(), Vec<AnnotationError>> {
+pub fn apply(
+    annotations: &BTreeMap<String, String>,
+    job: &mut JobInfo,
+) -> Result<(), Vec<AnnotationError>> {
     let mut errors = Vec::new();
     for (k, v) in annotations {
         if !k.starts_with(SLURMJOB_PREFIX) {
@@ -120,16 +130,30 @@ pub fn apply(annotations: &BTreeMap<String, String>, job: &mut JobInfo) -> Resul
             _ => Ok(()), // unknown keys are ignored (see `unknown_keys`)
         };
         if let Err(expected) = result {
-            errors.push(AnnotationError { key: k.clone(), value: v.clone(), expected });
+            errors.push(AnnotationError {
+                key: k.clone(),
+                value: v.clone(),
+                expected,
+            });
         }
     }
-    if let (Some(min), Some(max)) = (annotations.get(key::MIN_NODES), annotations.get(key::MAX_NODES))
-        && let (Ok(lo), Ok(hi)) = (parse_nodes(min), parse_nodes(max))
+    if let (Some(min), Some(max)) = (
+        annotations.get(key::MIN_NODES),
+        annotations.get(key::MAX_NODES),
+    ) && let (Ok(lo), Ok(hi)) = (parse_nodes(min), parse_nodes(max))
         && lo > hi
     {
-        errors.push(AnnotationError { key: key::MIN_NODES.to_string(), value: min.clone(), expected: EXPECT_MIN_LE_MAX });
+        errors.push(AnnotationError {
+            key: key::MIN_NODES.to_string(),
+            value: min.clone(),
+            expected: EXPECT_MIN_LE_MAX,
+        });
     }
-    if errors.is_empty() { Ok(()) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 /// Keys that look like bridge job annotations but are not understood: unknown
@@ -152,7 +176,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -238,21 +265,36 @@ mod tests {
             let errs = apply(&ann(&[(k, v)]), &mut job).unwrap_err();
             assert_eq!(errs.len(), 1, "{k}={v}");
             let text = errs[0].to_string();
-            assert!(text.contains(k) && text.contains(&format!("{v:?}")) && text.contains("expected"), "{text}");
+            assert!(
+                text.contains(k) && text.contains(&format!("{v:?}")) && text.contains("expected"),
+                "{text}"
+            );
         }
     }
 
     #[test]
     fn all_bad_keys_reported_and_good_ones_applied() {
         let mut job = JobInfo::default();
-        let errs = apply(&ann(&[(key::TIMELIMIT, "x"), (key::PRIORITY, "y"), (key::QOS, "q")]), &mut job).unwrap_err();
-        assert_eq!(errs.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), vec![key::PRIORITY, key::TIMELIMIT]);
+        let errs = apply(
+            &ann(&[(key::TIMELIMIT, "x"), (key::PRIORITY, "y"), (key::QOS, "q")]),
+            &mut job,
+        )
+        .unwrap_err();
+        assert_eq!(
+            errs.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+            vec![key::PRIORITY, key::TIMELIMIT]
+        );
         assert_eq!(job.qos.as_deref(), Some("q"));
     }
 
     #[test]
     fn exclusive_is_case_insensitive_and_trimmed() {
-        for (v, want) in [("false", false), ("true", true), (" TRUE ", true), ("False", false)] {
+        for (v, want) in [
+            ("false", false),
+            ("true", true),
+            (" TRUE ", true),
+            ("False", false),
+        ] {
             assert_eq!(parse_bool(v), Ok(want), "{v}");
         }
     }
@@ -269,7 +311,11 @@ mod tests {
     #[test]
     fn min_above_max_is_an_error() {
         let mut job = JobInfo::default();
-        let errs = apply(&ann(&[(key::MIN_NODES, "3"), (key::MAX_NODES, "2")]), &mut job).unwrap_err();
+        let errs = apply(
+            &ann(&[(key::MIN_NODES, "3"), (key::MAX_NODES, "2")]),
+            &mut job,
+        )
+        .unwrap_err();
         assert_eq!(errs[0].key, key::MIN_NODES);
     }
 
@@ -281,7 +327,13 @@ mod tests {
             (key::QOS, "q"),
             ("other/key", "v"),
         ]);
-        assert_eq!(unknown_keys(&a), vec!["slinky.slurm.net/job-name", "slurmjob.slinky.slurm.net/timelimt"]);
+        assert_eq!(
+            unknown_keys(&a),
+            vec![
+                "slinky.slurm.net/job-name",
+                "slurmjob.slinky.slurm.net/timelimt"
+            ]
+        );
     }
 
     proptest! {

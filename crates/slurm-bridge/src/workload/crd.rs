@@ -11,7 +11,13 @@ use serde::{Deserialize, Serialize};
 
 /// `jobset.x-k8s.io/v1alpha2` JobSet spec.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default)]
-#[kube(group = "jobset.x-k8s.io", version = "v1alpha2", kind = "JobSet", namespaced, schema = "disabled")]
+#[kube(
+    group = "jobset.x-k8s.io",
+    version = "v1alpha2",
+    kind = "JobSet",
+    namespaced,
+    schema = "disabled"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSetSpec {
     /// Groups of identical Jobs.
@@ -35,7 +41,13 @@ pub struct ReplicatedJob {
 
 /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet spec.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default)]
-#[kube(group = "leaderworkerset.x-k8s.io", version = "v1", kind = "LeaderWorkerSet", namespaced, schema = "disabled")]
+#[kube(
+    group = "leaderworkerset.x-k8s.io",
+    version = "v1",
+    kind = "LeaderWorkerSet",
+    namespaced,
+    schema = "disabled"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderWorkerSetSpec {
     /// Number of groups (default 1).

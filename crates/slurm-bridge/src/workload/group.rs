@@ -23,7 +23,10 @@ use crate::wellknown::LABEL_COSCHEDULING_POD_GROUP;
 ///    the reference; any other read error is an error rather than a silent single-pod job).
 /// 4. Else the root kind decides (Job, JobSet, LeaderWorkerSet, or one pod).
 /// 5. CPU and memory from the pods, then GRES, then the annotations override.
-pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Translation, TranslateError> {
+pub async fn translate<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+) -> Result<Translation, TranslateError> {
     let walk = root_owner(reader, pod).await?;
     let out = if let Some(pg) = kinds::podgroup::pod_group_name(pod) {
         kinds::podgroup::translate(reader, pod, pg, &walk).await?
@@ -50,13 +53,23 @@ pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Trans
     finish(out)
 }
 
-async fn coscheduling<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Option<KindOutput>, TranslateError> {
+async fn coscheduling<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+) -> Result<Option<KindOutput>, TranslateError> {
     let Some(name) = pod_label(pod, LABEL_COSCHEDULING_POD_GROUP).filter(|n| !n.is_empty()) else {
         return Ok(None);
     };
-    let pg_ref = ObjectRef::new(kind::COSCHEDULING_PODGROUP.0, kind::COSCHEDULING_PODGROUP.1, pod_namespace(pod), name);
+    let pg_ref = ObjectRef::new(
+        kind::COSCHEDULING_PODGROUP.0,
+        kind::COSCHEDULING_PODGROUP.1,
+        pod_namespace(pod),
+        name,
+    );
     match reader.get(&pg_ref).await {
-        Ok(d) => Ok(Some(kinds::coscheduling::translate(reader, pod, &pg_ref, &d).await?)),
+        Ok(d) => Ok(Some(
+            kinds::coscheduling::translate(reader, pod, &pg_ref, &d).await?,
+        )),
         Err(ReadError::NotFound(_) | ReadError::NoKind { .. }) => {
             tracing::debug!(pod = %pod_key(pod), podgroup = %pg_ref, "coscheduling PodGroup not found; label ignored");
             Ok(None)
@@ -67,15 +80,35 @@ async fn coscheduling<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Option
 
 /// Resources, GRES and annotations on top of the kind's result (reference §4.4 step 6).
 fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
-    let KindOutput { group_key, root, pods, mut job, annotations: ann, annotation_source, gang } = out;
+    let KindOutput {
+        group_key,
+        root,
+        pods,
+        mut job,
+        annotations: ann,
+        annotation_source,
+        gang,
+    } = out;
     // Check each pod on its own first, so an error names the pod.
     for p in &pods {
         let spec = p.spec.clone().unwrap_or_default();
-        cpu_and_memory([&spec]).map_err(|e| TranslateError::Resources { pod: pod_key(p), message: e.to_string() })?;
-        gres_for([&spec]).map_err(|e| TranslateError::Resources { pod: pod_key(p), message: e.to_string() })?;
+        cpu_and_memory([&spec]).map_err(|e| TranslateError::Resources {
+            pod: pod_key(p),
+            message: e.to_string(),
+        })?;
+        gres_for([&spec]).map_err(|e| TranslateError::Resources {
+            pod: pod_key(p),
+            message: e.to_string(),
+        })?;
     }
-    let specs: Vec<_> = pods.iter().map(|p| p.spec.clone().unwrap_or_default()).collect();
-    let resources_err = |message: String| TranslateError::Resources { pod: pods.first().map(pod_key).unwrap_or_default(), message };
+    let specs: Vec<_> = pods
+        .iter()
+        .map(|p| p.spec.clone().unwrap_or_default())
+        .collect();
+    let resources_err = |message: String| TranslateError::Resources {
+        pod: pods.first().map(pod_key).unwrap_or_default(),
+        message,
+    };
     let cm = cpu_and_memory(&specs).map_err(|e| resources_err(e.to_string()))?;
     if cm.cpus_per_task.is_some() {
         job.cpus_per_task = cm.cpus_per_task;
@@ -86,11 +119,18 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
     if let Some(g) = gres_for(&specs).map_err(|e| resources_err(e.to_string()))? {
         job.gres = Some(g);
     }
-    annotations::apply(&ann, &mut job)
-        .map_err(|errors| TranslateError::Annotations { source_object: annotation_source.clone(), errors })?;
+    annotations::apply(&ann, &mut job).map_err(|errors| TranslateError::Annotations {
+        source_object: annotation_source.clone(),
+        errors,
+    })?;
     let warnings = annotations::unknown_keys(&ann)
         .into_iter()
         .map(|k| format!("{annotation_source}: annotation {k} is not a slurm-bridge job annotation and is ignored"))
         .collect();
-    Ok(Translation { group_key, ir: SlurmJobIr { root, pods, job }, gang, warnings })
+    Ok(Translation {
+        group_key,
+        ir: SlurmJobIr { root, pods, job },
+        gang,
+        warnings,
+    })
 }

@@ -30,7 +30,12 @@ pub fn admin_comment(ir: &SlurmJobIr, group_key: &str) -> AdminComment {
 /// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
 /// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
 /// Unset IR fields are left out.
-pub fn build(ir: &SlurmJobIr, group_key: &str, cfg: &Config, excluded_nodes: &[String]) -> JobDescMsg {
+pub fn build(
+    ir: &SlurmJobIr,
+    group_key: &str,
+    cfg: &Config,
+    excluded_nodes: &[String],
+) -> JobDescMsg {
     let j = &ir.job;
     JobDescMsg {
         flags: Some(vec![JobFlag::ExternalJob]),
@@ -56,7 +61,11 @@ pub fn build(ir: &SlurmJobIr, group_key: &str, cfg: &Config, excluded_nodes: &[S
         tres_per_node: j.gres.clone(),
         time_limit: j.time_limit_minutes.map(NoVal::Set),
         priority: j.priority.map(NoVal::Set),
-        shared: Some(if j.exclusive.unwrap_or(true) { vec![Shared::None] } else { Vec::new() }),
+        shared: Some(if j.exclusive.unwrap_or(true) {
+            vec![Shared::None]
+        } else {
+            Vec::new()
+        }),
         excluded_nodes: (!excluded_nodes.is_empty()).then(|| excluded_nodes.to_vec()),
         ..Default::default()
     }
@@ -81,13 +90,21 @@ mod tests {
 
     fn pod(name: &str) -> Pod {
         Pod {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("slurm-bridge".into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("slurm-bridge".into()),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
 
     fn cfg() -> Config {
-        Config { mcs_label: "kubernetes".into(), partition: "slurm-bridge".into(), ..Default::default() }
+        Config {
+            mcs_label: "kubernetes".into(),
+            partition: "slurm-bridge".into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -137,7 +154,12 @@ mod tests {
         let ir = SlurmJobIr {
             root: ObjectRef::new("v1", "Pod", "ns", "p"),
             pods: vec![pod("b"), pod("a")],
-            job: JobInfo { partition: Some("debug".into()), exclusive: Some(false), priority: Some(5), ..Default::default() },
+            job: JobInfo {
+                partition: Some("debug".into()),
+                exclusive: Some(false),
+                priority: Some(5),
+                ..Default::default()
+            },
         };
         let d = build(&ir, "g", &cfg(), &[]);
         assert_eq!(d.partition.as_deref(), Some("debug"));
@@ -150,7 +172,11 @@ mod tests {
 
     #[test]
     fn empty_config_values_are_left_out() {
-        let ir = SlurmJobIr { root: ObjectRef::new("v1", "Pod", "ns", "p"), pods: vec![pod("p")], job: JobInfo::default() };
+        let ir = SlurmJobIr {
+            root: ObjectRef::new("v1", "Pod", "ns", "p"),
+            pods: vec![pod("p")],
+            job: JobInfo::default(),
+        };
         let d = build(&ir, "g", &Config::default(), &[]);
         assert_eq!(d.partition, None);
         assert_eq!(d.mcs_label, None);

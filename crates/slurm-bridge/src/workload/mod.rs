@@ -41,11 +41,14 @@ pub mod kind {
     pub const LWS: (&str, &str) = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet");
 
     /// The supported root kinds.
-    pub const SUPPORTED_ROOTS: [(&str, &str); 6] = [POD, JOB, JOBSET, PODGROUP, COSCHEDULING_PODGROUP, LWS];
+    pub const SUPPORTED_ROOTS: [(&str, &str); 6] =
+        [POD, JOB, JOBSET, PODGROUP, COSCHEDULING_PODGROUP, LWS];
 
     /// True for a supported scheduling root kind.
     pub fn is_supported_root(api_version: &str, kind: &str) -> bool {
-        SUPPORTED_ROOTS.iter().any(|(a, k)| *a == api_version && *k == kind)
+        SUPPORTED_ROOTS
+            .iter()
+            .any(|(a, k)| *a == api_version && *k == kind)
     }
 }
 
@@ -81,8 +84,12 @@ impl GangStatus {
     pub fn message(&self) -> String {
         match self {
             GangStatus::Complete => "gang complete".to_string(),
-            GangStatus::Incomplete { job_id: None, .. } => "not enough pending pods to create external job".to_string(),
-            GangStatus::Incomplete { job_id: Some(_), .. } => "not enough pending pods for created external job".to_string(),
+            GangStatus::Incomplete { job_id: None, .. } => {
+                "not enough pending pods to create external job".to_string()
+            }
+            GangStatus::Incomplete {
+                job_id: Some(_), ..
+            } => "not enough pending pods for created external job".to_string(),
             GangStatus::Closed { phase } => format!("PodGroup coscheduling status is {phase}"),
         }
     }
@@ -158,7 +165,11 @@ pub enum TranslateError {
 }
 
 fn join(errors: &[AnnotationError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

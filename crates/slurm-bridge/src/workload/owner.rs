@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
 
+use super::TranslateError;
 use super::kind::is_supported_root;
 use super::reader::{ObjectRef, ReadError, WorkloadReader};
-use super::TranslateError;
 
 /// Longest controller chain followed; longer chains (or cycles) are an error.
 pub const MAX_OWNER_DEPTH: usize = 32;
@@ -40,7 +40,10 @@ impl RootOwner {
 
 /// The controller owner reference (`controller: true`) of an object, if any.
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.iter().flatten().find(|o| o.controller == Some(true))
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
 }
 
 fn ref_of(d: &DynamicObject, fallback: &ObjectRef) -> ObjectRef {
@@ -52,8 +55,16 @@ fn ref_of(d: &DynamicObject, fallback: &ObjectRef) -> ObjectRef {
     ObjectRef {
         api_version,
         kind,
-        namespace: d.metadata.namespace.clone().unwrap_or_else(|| fallback.namespace.clone()),
-        name: d.metadata.name.clone().unwrap_or_else(|| fallback.name.clone()),
+        namespace: d
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| fallback.namespace.clone()),
+        name: d
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| fallback.name.clone()),
     }
 }
 
@@ -64,9 +75,15 @@ fn ref_of(d: &DynamicObject, fallback: &ObjectRef) -> ObjectRef {
 /// the highest readable controller is the root. A Forbidden read above the pod's direct
 /// owner ends the walk when the forbidden kind is not a supported root; any other read
 /// failure is an error.
-pub async fn root_owner<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<RootOwner, TranslateError> {
+pub async fn root_owner<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+) -> Result<RootOwner, TranslateError> {
     let pod_ref = ObjectRef::pod(pod);
-    let mut cur = RootOwner { object: pod_ref.clone(), dynamic: None };
+    let mut cur = RootOwner {
+        object: pod_ref.clone(),
+        dynamic: None,
+    };
     let mut supported: Option<RootOwner> = None;
     let mut depth = 0usize;
     loop {
@@ -78,13 +95,24 @@ pub async fn root_owner<R: WorkloadReader>(reader: &R, pod: &Pod) -> Result<Root
             return Ok(supported.unwrap_or(cur));
         };
         if depth >= MAX_OWNER_DEPTH {
-            return Err(TranslateError::OwnerDepth { max: MAX_OWNER_DEPTH, at: cur.object });
+            return Err(TranslateError::OwnerDepth {
+                max: MAX_OWNER_DEPTH,
+                at: cur.object,
+            });
         }
-        let owner_ref = ObjectRef::new(&owner.api_version, &owner.kind, &cur.object.namespace, &owner.name);
+        let owner_ref = ObjectRef::new(
+            &owner.api_version,
+            &owner.kind,
+            &cur.object.namespace,
+            &owner.name,
+        );
         match reader.get(&owner_ref).await {
             Ok(d) => {
                 let object = ref_of(&d, &owner_ref);
-                cur = RootOwner { object, dynamic: Some(d) };
+                cur = RootOwner {
+                    object,
+                    dynamic: Some(d),
+                };
                 depth += 1;
             }
             Err(ReadError::Forbidden { .. })

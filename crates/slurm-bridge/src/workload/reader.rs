@@ -51,7 +51,11 @@ impl ObjectRef {
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{} ({})", self.kind, self.namespace, self.name, self.api_version)
+        write!(
+            f,
+            "{} {}/{} ({})",
+            self.kind, self.namespace, self.name, self.api_version
+        )
     }
 }
 
@@ -90,7 +94,10 @@ pub enum ReadError {
 /// Reads of Kubernetes objects the translation needs.
 pub trait WorkloadReader: Sync {
     /// GET one object (any apiVersion/kind) in the namespace of `object`.
-    fn get(&self, object: &ObjectRef) -> impl Future<Output = Result<DynamicObject, ReadError>> + Send;
+    fn get(
+        &self,
+        object: &ObjectRef,
+    ) -> impl Future<Output = Result<DynamicObject, ReadError>> + Send;
 
     /// LIST the pods of a namespace whose labels include every pair of `labels`
     /// (an empty map lists every pod of the namespace).
@@ -102,14 +109,23 @@ pub trait WorkloadReader: Sync {
 }
 
 /// GET an object and decode it into a typed struct.
-pub async fn get_typed<R: WorkloadReader, T: DeserializeOwned>(reader: &R, object: &ObjectRef) -> Result<T, ReadError> {
+pub async fn get_typed<R: WorkloadReader, T: DeserializeOwned>(
+    reader: &R,
+    object: &ObjectRef,
+) -> Result<T, ReadError> {
     let dynamic = reader.get(object).await?;
     decode(&dynamic, object)
 }
 
 /// Decode a dynamic object into a typed struct.
-pub fn decode<T: DeserializeOwned>(dynamic: &DynamicObject, object: &ObjectRef) -> Result<T, ReadError> {
-    let value = serde_json::to_value(dynamic).map_err(|e| ReadError::Other { object: object.to_string(), message: e.to_string() })?;
+pub fn decode<T: DeserializeOwned>(
+    dynamic: &DynamicObject,
+    object: &ObjectRef,
+) -> Result<T, ReadError> {
+    let value = serde_json::to_value(dynamic).map_err(|e| ReadError::Other {
+        object: object.to_string(),
+        message: e.to_string(),
+    })?;
     serde_json::from_value(value).map_err(|e| ReadError::Other {
         object: object.to_string(),
         message: format!("object does not decode as {}: {e}", object.kind),
@@ -117,6 +133,10 @@ pub fn decode<T: DeserializeOwned>(dynamic: &DynamicObject, object: &ObjectRef) 
 }
 
 /// True when all of `want` appear in `labels`.
-pub fn labels_match(labels: Option<&BTreeMap<String, String>>, want: &BTreeMap<String, String>) -> bool {
-    want.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+pub fn labels_match(
+    labels: Option<&BTreeMap<String, String>>,
+    want: &BTreeMap<String, String>,
+) -> bool {
+    want.iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }

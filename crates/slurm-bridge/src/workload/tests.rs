@@ -24,7 +24,11 @@ impl WorkloadReader for FakeReader {
         }
         self.inner.get(object).await
     }
-    async fn list_pods(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Result<Vec<Pod>, ReadError> {
+    async fn list_pods(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Pod>, ReadError> {
         if let Some(e) = &self.list_error {
             return Err(e.clone());
         }
@@ -35,15 +39,26 @@ impl WorkloadReader for FakeReader {
 fn reader(yaml: &str) -> FakeReader {
     let mut inner = ManifestReader::new();
     inner.load_yaml("test", yaml).unwrap();
-    FakeReader { inner, errors: HashMap::new(), list_error: None }
+    FakeReader {
+        inner,
+        errors: HashMap::new(),
+        list_error: None,
+    }
 }
 
 fn pod_of(r: &FakeReader, name: &str) -> Pod {
-    r.inner.pods().into_iter().find(|p| p.metadata.name.as_deref() == Some(name)).unwrap()
+    r.inner
+        .pods()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .unwrap()
 }
 
 fn block<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
 }
 
 fn run(r: &FakeReader, pod: &str) -> Result<Translation, TranslateError> {
@@ -55,7 +70,10 @@ fn root_of(r: &FakeReader, pod: &str) -> Result<ObjectRef, TranslateError> {
 }
 
 fn forbidden(o: &ObjectRef) -> ReadError {
-    ReadError::Forbidden { object: o.clone(), message: "forbidden".into() }
+    ReadError::Forbidden {
+        object: o.clone(),
+        message: "forbidden".into(),
+    }
 }
 
 /// A pod YAML document; `extra_meta` and `extra_spec` are indented YAML lines.
@@ -66,14 +84,19 @@ fn pod(name: &str, extra_meta: &str, extra_spec: &str) -> String {
 }
 
 fn owned_by(api_version: &str, kind: &str, name: &str) -> String {
-    format!("  ownerReferences:\n  - apiVersion: {api_version}\n    kind: {kind}\n    name: {name}\n    controller: true\n")
+    format!(
+        "  ownerReferences:\n  - apiVersion: {api_version}\n    kind: {kind}\n    name: {name}\n    controller: true\n"
+    )
 }
 
 fn object(api_version: &str, kind: &str, name: &str, extra_meta: &str, body: &str) -> String {
-    format!("apiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: ns\n{extra_meta}{body}---\n")
+    format!(
+        "apiVersion: {api_version}\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: ns\n{extra_meta}{body}---\n"
+    )
 }
 
-const JOB_SPEC: &str = "spec:\n  template:\n    spec:\n      containers: [{name: c, image: busybox}]\n";
+const JOB_SPEC: &str =
+    "spec:\n  template:\n    spec:\n      containers: [{name: c, image: busybox}]\n";
 
 fn job(name: &str, extra_meta: &str) -> String {
     object("batch/v1", "Job", name, extra_meta, JOB_SPEC)
@@ -96,26 +119,50 @@ fn annotate(pairs: &[(&str, &str)]) -> String {
 #[test]
 fn owner_walk_table() {
     let rs = object("apps/v1", "ReplicaSet", "rs", "", "");
-    let rs_dep = object("apps/v1", "ReplicaSet", "rs", &owned_by("apps/v1", "Deployment", "dep"), "");
+    let rs_dep = object(
+        "apps/v1",
+        "ReplicaSet",
+        "rs",
+        &owned_by("apps/v1", "Deployment", "dep"),
+        "",
+    );
     let dep = object("apps/v1", "Deployment", "dep", "", "");
     let cases: Vec<(String, Result<ObjectRef, &str>)> = vec![
         (pod("p", "", ""), Ok(r("v1", "Pod", "p"))),
-        (pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), "") + &rs, Ok(r("apps/v1", "ReplicaSet", "rs"))),
+        (
+            pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), "") + &rs,
+            Ok(r("apps/v1", "ReplicaSet", "rs")),
+        ),
         (
             pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), "") + &rs_dep + &dep,
             Ok(r("apps/v1", "Deployment", "dep")),
         ),
         // A supported kind below a readable unsupported owner wins.
         (
-            pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", &owned_by("apps/v1", "Deployment", "dep")) + &dep,
+            pod("p", &owned_by("batch/v1", "Job", "j"), "")
+                + &job("j", &owned_by("apps/v1", "Deployment", "dep"))
+                + &dep,
             Ok(r("batch/v1", "Job", "j")),
         ),
-        (pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", ""), Ok(r("batch/v1", "Job", "j"))),
+        (
+            pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", ""),
+            Ok(r("batch/v1", "Job", "j")),
+        ),
         // Missing higher owner and missing direct owner are errors.
-        (pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), "") + &rs_dep, Err("not found")),
-        (pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), ""), Err("not found")),
+        (
+            pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), "") + &rs_dep,
+            Err("not found"),
+        ),
+        (
+            pod("p", &owned_by("apps/v1", "ReplicaSet", "rs"), ""),
+            Err("not found"),
+        ),
         // Self-referencing Job: depth error.
-        (pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", &owned_by("batch/v1", "Job", "j")), Err("maximum depth of 32")),
+        (
+            pod("p", &owned_by("batch/v1", "Job", "j"), "")
+                + &job("j", &owned_by("batch/v1", "Job", "j")),
+            Err("maximum depth of 32"),
+        ),
     ];
     for (i, (yaml, want)) in cases.into_iter().enumerate() {
         let got = root_of(&reader(&yaml), "p");
@@ -129,24 +176,69 @@ fn owner_walk_table() {
 
 #[test]
 fn owner_walk_read_failures() {
-    let yaml = pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", &owned_by("apps/v1", "Deployment", "dep"));
-    let js_yaml = pod("p", &owned_by("batch/v1", "Job", "j"), "") + &job("j", &owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js"));
+    let yaml = pod("p", &owned_by("batch/v1", "Job", "j"), "")
+        + &job("j", &owned_by("apps/v1", "Deployment", "dep"));
+    let js_yaml = pod("p", &owned_by("batch/v1", "Job", "j"), "")
+        + &job("j", &owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js"));
     let dep = r("apps/v1", "Deployment", "dep");
     let js = r("jobset.x-k8s.io/v1alpha2", "JobSet", "js");
     let job_ref = r("batch/v1", "Job", "j");
-    let cases: Vec<(&str, &String, ObjectRef, ReadError, Result<ObjectRef, &str>)> = vec![
-        ("forbidden unsupported parent falls back", &yaml, dep.clone(), forbidden(&dep), Ok(job_ref.clone())),
-        ("forbidden supported parent fails", &js_yaml, js.clone(), forbidden(&js), Err("forbidden")),
-        ("NotFound parent fails", &yaml, dep.clone(), ReadError::NotFound(dep.clone()), Err("not found")),
+    type Case<'a> = (
+        &'a str,
+        &'a String,
+        ObjectRef,
+        ReadError,
+        Result<ObjectRef, &'a str>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "forbidden unsupported parent falls back",
+            &yaml,
+            dep.clone(),
+            forbidden(&dep),
+            Ok(job_ref.clone()),
+        ),
+        (
+            "forbidden supported parent fails",
+            &js_yaml,
+            js.clone(),
+            forbidden(&js),
+            Err("forbidden"),
+        ),
+        (
+            "NotFound parent fails",
+            &yaml,
+            dep.clone(),
+            ReadError::NotFound(dep.clone()),
+            Err("not found"),
+        ),
         (
             "no kind match fails",
             &yaml,
             dep.clone(),
-            ReadError::NoKind { api_version: "apps/v1".into(), kind: "Deployment".into() },
+            ReadError::NoKind {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+            },
             Err("not served"),
         ),
-        ("internal error fails", &yaml, dep.clone(), ReadError::Other { object: dep.to_string(), message: "500".into() }, Err("500")),
-        ("forbidden direct owner fails", &yaml, job_ref.clone(), forbidden(&job_ref), Err("forbidden")),
+        (
+            "internal error fails",
+            &yaml,
+            dep.clone(),
+            ReadError::Other {
+                object: dep.to_string(),
+                message: "500".into(),
+            },
+            Err("500"),
+        ),
+        (
+            "forbidden direct owner fails",
+            &yaml,
+            job_ref.clone(),
+            forbidden(&job_ref),
+            Err("forbidden"),
+        ),
     ];
     for (name, yaml, at, err, want) in cases {
         let mut rd = reader(yaml);
@@ -163,7 +255,15 @@ fn owner_walk_read_failures() {
 
 #[test]
 fn bare_pod_with_annotations() {
-    let rd = reader(&pod("p", &annotate(&[(key::ACCOUNT, "acct"), (key::GROUP_ID, "100"), (key::USER_ID, "1000")]), ""));
+    let rd = reader(&pod(
+        "p",
+        &annotate(&[
+            (key::ACCOUNT, "acct"),
+            (key::GROUP_ID, "100"),
+            (key::USER_ID, "1000"),
+        ]),
+        "",
+    ));
     let t = run(&rd, "p").unwrap();
     assert_eq!(t.group_key, "pod/ns/p");
     assert_eq!(t.ir.root, r("v1", "Pod", "p"));
@@ -180,13 +280,19 @@ fn bare_pod_with_annotations() {
 fn bad_annotation_is_an_error_naming_object_key_and_value() {
     let rd = reader(&pod("p", &annotate(&[(key::CPU_PER_TASK, "NaN")]), ""));
     let e = run(&rd, "p").unwrap_err().to_string();
-    assert!(e.contains("Pod ns/p") && e.contains(key::CPU_PER_TASK) && e.contains("\"NaN\""), "{e}");
+    assert!(
+        e.contains("Pod ns/p") && e.contains(key::CPU_PER_TASK) && e.contains("\"NaN\""),
+        "{e}"
+    );
 }
 
 #[test]
 fn forbidden_unsupported_controller_above_job() {
     let yaml = pod("p", &owned_by("batch/v1", "Job", "j"), "")
-        + &job("j", &(owned_by("apps/v1", "Deployment", "dep") + &annotate(&[(key::ACCOUNT, "from-job")])));
+        + &job(
+            "j",
+            &(owned_by("apps/v1", "Deployment", "dep") + &annotate(&[(key::ACCOUNT, "from-job")])),
+        );
     let mut rd = reader(&yaml);
     let dep = r("apps/v1", "Deployment", "dep");
     rd.errors.insert(dep.clone(), forbidden(&dep));
@@ -198,16 +304,26 @@ fn forbidden_unsupported_controller_above_job() {
 
 #[test]
 fn prefers_supported_workload_below_readable_ancestor() {
-    let yaml = pod("p", &(owned_by("batch/v1", "Job", "js-w-0") + "  labels: {job-name: js-w-0}\n"), "")
-        + &job("js-w-0", &owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js"))
-        + &object(
-            "jobset.x-k8s.io/v1alpha2",
-            "JobSet",
-            "js",
-            &(owned_by("apps/v1", "Deployment", "dep") + &annotate(&[(key::ACCOUNT, "from-jobset")])),
-            "spec: {}\n",
-        )
-        + &object("apps/v1", "Deployment", "dep", &annotate(&[(key::ACCOUNT, "from-deployment")]), "");
+    let yaml = pod(
+        "p",
+        &(owned_by("batch/v1", "Job", "js-w-0") + "  labels: {job-name: js-w-0}\n"),
+        "",
+    ) + &job(
+        "js-w-0",
+        &owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js"),
+    ) + &object(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "js",
+        &(owned_by("apps/v1", "Deployment", "dep") + &annotate(&[(key::ACCOUNT, "from-jobset")])),
+        "spec: {}\n",
+    ) + &object(
+        "apps/v1",
+        "Deployment",
+        "dep",
+        &annotate(&[(key::ACCOUNT, "from-deployment")]),
+        "",
+    );
     let t = run(&reader(&yaml), "p").unwrap();
     assert_eq!(t.ir.root, r("jobset.x-k8s.io/v1alpha2", "JobSet", "js"));
     assert_eq!(t.ir.job.account.as_deref(), Some("from-jobset"));
@@ -216,13 +332,25 @@ fn prefers_supported_workload_below_readable_ancestor() {
 
 #[test]
 fn deployment_pod_uses_replicaset_annotations_not_the_pods() {
-    let yaml = pod("p", &(owned_by("apps/v1", "ReplicaSet", "rs") + &annotate(&[(key::QOS, "pod-qos")])), "")
-        + &object("apps/v1", "ReplicaSet", "rs", &annotate(&[(key::QOS, "rs-qos")]), "");
+    let yaml = pod(
+        "p",
+        &(owned_by("apps/v1", "ReplicaSet", "rs") + &annotate(&[(key::QOS, "pod-qos")])),
+        "",
+    ) + &object(
+        "apps/v1",
+        "ReplicaSet",
+        "rs",
+        &annotate(&[(key::QOS, "rs-qos")]),
+        "",
+    );
     let t = run(&reader(&yaml), "p").unwrap();
     assert_eq!(t.ir.root, r("apps/v1", "ReplicaSet", "rs"));
     assert_eq!(t.ir.job.qos.as_deref(), Some("rs-qos"));
     assert_eq!(t.group_key, "pod/ns/p");
-    assert_eq!((t.ir.job.max_nodes, t.ir.job.tasks_per_node), (Some(1), Some(1)));
+    assert_eq!(
+        (t.ir.job.max_nodes, t.ir.job.tasks_per_node),
+        (Some(1), Some(1))
+    );
 }
 
 // ---- Job and JobSet ---------------------------------------------------------------------
@@ -232,7 +360,12 @@ fn job_table() {
     let pod_of_job = pod("p", &owned_by("batch/v1", "Job", "j"), "");
     let with_spec = |spec: &str| pod_of_job.clone() + &object("batch/v1", "Job", "j", "", spec);
     // Job missing → error.
-    assert!(run(&reader(&pod_of_job), "p").unwrap_err().to_string().contains("Job ns/j"));
+    assert!(
+        run(&reader(&pod_of_job), "p")
+            .unwrap_err()
+            .to_string()
+            .contains("Job ns/j")
+    );
     // Pod-level limits on the template (22 CPUs, 1Mi).
     let t = run(
         &reader(&with_spec(
@@ -241,13 +374,32 @@ fn job_table() {
         "p",
     )
     .unwrap();
-    assert_eq!((t.ir.job.min_nodes, t.ir.job.cpus_per_task, t.ir.job.mem_per_node_mib), (Some(1), Some(22), Some(1)));
+    assert_eq!(
+        (
+            t.ir.job.min_nodes,
+            t.ir.job.cpus_per_task,
+            t.ir.job.mem_per_node_mib
+        ),
+        (Some(1), Some(22), Some(1))
+    );
     assert_eq!(t.ir.job.max_nodes, None);
     assert_eq!(t.group_key, "job/ns/j/p");
     // activeDeadlineSeconds 90 → 2 minutes; 0 → unset.
-    let t = run(&reader(&with_spec("spec:\n  activeDeadlineSeconds: 90\n  template: {spec: {containers: [{name: c}]}}\n")), "p").unwrap();
+    let t = run(
+        &reader(&with_spec(
+            "spec:\n  activeDeadlineSeconds: 90\n  template: {spec: {containers: [{name: c}]}}\n",
+        )),
+        "p",
+    )
+    .unwrap();
     assert_eq!(t.ir.job.time_limit_minutes, Some(2));
-    let t = run(&reader(&with_spec("spec:\n  activeDeadlineSeconds: 0\n  template: {spec: {containers: [{name: c}]}}\n")), "p").unwrap();
+    let t = run(
+        &reader(&with_spec(
+            "spec:\n  activeDeadlineSeconds: 0\n  template: {spec: {containers: [{name: c}]}}\n",
+        )),
+        "p",
+    )
+    .unwrap();
     assert_eq!(t.ir.job.time_limit_minutes, None);
 }
 
@@ -262,36 +414,80 @@ fn quirk14_job_pod_level_resources_without_limits_stay_unset() {
             "spec:\n  template:\n    spec:\n      resources: {requests: {cpu: \"0\"}}\n      containers: [{name: c}]\n",
         );
     let t = run(&reader(&yaml), "p").unwrap();
-    assert_eq!((t.ir.job.cpus_per_task, t.ir.job.mem_per_node_mib), (None, None));
+    assert_eq!(
+        (t.ir.job.cpus_per_task, t.ir.job.mem_per_node_mib),
+        (None, None)
+    );
 }
 
 #[test]
 fn jobset_table() {
-    let p = pod("p", &(owned_by("batch/v1", "Job", "js-w-0") + "  labels: {job-name: js-w-0}\n"), "");
-    let j = job("js-w-0", &(owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js") + &annotate(&[(key::QOS, "job")])));
-    let js = object("jobset.x-k8s.io/v1alpha2", "JobSet", "js", &annotate(&[(key::QOS, "jobset")]), "spec: {}\n");
+    let p = pod(
+        "p",
+        &(owned_by("batch/v1", "Job", "js-w-0") + "  labels: {job-name: js-w-0}\n"),
+        "",
+    );
+    let j = job(
+        "js-w-0",
+        &(owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js") + &annotate(&[(key::QOS, "job")])),
+    );
+    let js = object(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "js",
+        &annotate(&[(key::QOS, "jobset")]),
+        "spec: {}\n",
+    );
     // JobSet missing → error (the owner walk cannot read it).
-    assert!(run(&reader(&(p.clone() + &j)), "p").unwrap_err().to_string().contains("JobSet ns/js"));
+    assert!(
+        run(&reader(&(p.clone() + &j)), "p")
+            .unwrap_err()
+            .to_string()
+            .contains("JobSet ns/js")
+    );
     let t = run(&reader(&(p.clone() + &j + &js)), "p").unwrap();
     assert_eq!(t.ir.root, r("jobset.x-k8s.io/v1alpha2", "JobSet", "js"));
     assert_eq!(t.ir.job.min_nodes, Some(1));
-    assert_eq!(t.ir.job.qos.as_deref(), Some("jobset"), "annotations come from the JobSet");
+    assert_eq!(
+        t.ir.job.qos.as_deref(),
+        Some("jobset"),
+        "annotations come from the JobSet"
+    );
     // Job named by the label missing → error.
-    let p2 = pod("p", &(owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js") + "  labels: {job-name: gone}\n"), "");
-    assert!(run(&reader(&(p2 + &js)), "p").unwrap_err().to_string().contains("Job ns/gone"));
+    let p2 = pod(
+        "p",
+        &(owned_by("jobset.x-k8s.io/v1alpha2", "JobSet", "js") + "  labels: {job-name: gone}\n"),
+        "",
+    );
+    assert!(
+        run(&reader(&(p2 + &js)), "p")
+            .unwrap_err()
+            .to_string()
+            .contains("Job ns/gone")
+    );
 }
 
 // ---- Built-in PodGroup -------------------------------------------------------------------
 
 fn pg_pod(name: &str, group: &str, meta: &str) -> String {
-    pod(name, meta, &format!("  schedulingGroup: {{podGroupName: {group}}}\n"))
+    pod(
+        name,
+        meta,
+        &format!("  schedulingGroup: {{podGroupName: {group}}}\n"),
+    )
 }
 
 fn podgroup(name: &str, meta: &str, policy: &str, workload: Option<&str>) -> String {
     let tref = workload
         .map(|w| format!("  podGroupTemplateRef: {{workload: {{workloadName: {w}, podGroupTemplateName: t}}}}\n"))
         .unwrap_or_default();
-    object("scheduling.k8s.io/v1alpha2", "PodGroup", name, meta, &format!("spec:\n  schedulingPolicy: {policy}\n{tref}"))
+    object(
+        "scheduling.k8s.io/v1alpha2",
+        "PodGroup",
+        name,
+        meta,
+        &format!("spec:\n  schedulingPolicy: {policy}\n{tref}"),
+    )
 }
 
 fn workload(name: &str, meta: &str) -> String {
@@ -306,11 +502,21 @@ fn workload(name: &str, meta: &str) -> String {
 
 #[test]
 fn podgroup_two_pods_one_job() {
-    let yaml = pg_pod("a", "pg", "") + &pg_pod("b", "pg", "") + &pg_pod("c", "other", "") + &podgroup("pg", "", "{gang: {minCount: 2}}", None);
+    let yaml = pg_pod("a", "pg", "")
+        + &pg_pod("b", "pg", "")
+        + &pg_pod("c", "other", "")
+        + &podgroup("pg", "", "{gang: {minCount: 2}}", None);
     let t = run(&reader(&yaml), "b").unwrap();
     assert_eq!(t.group_key, "podgroup/ns/pg");
     assert_eq!(t.ir.pod_names(), vec!["ns/a", "ns/b"]);
-    assert_eq!((t.ir.job.min_nodes, t.ir.job.max_nodes, t.ir.job.tasks_per_node), (Some(2), Some(2), Some(1)));
+    assert_eq!(
+        (
+            t.ir.job.min_nodes,
+            t.ir.job.max_nodes,
+            t.ir.job.tasks_per_node
+        ),
+        (Some(2), Some(2), Some(1))
+    );
     assert_eq!(t.ir.job.job_name.as_deref(), Some("pg"));
     assert_eq!(t.gang, GangStatus::Complete);
 }
@@ -319,19 +525,54 @@ fn podgroup_two_pods_one_job() {
 fn podgroup_gang_checks() {
     let pg = |policy: &str| podgroup("pg", "", policy, None);
     // short gang, no job yet → insufficient
-    let t = run(&reader(&(pg_pod("a", "pg", "") + &pg("{gang: {minCount: 3}}"))), "a").unwrap();
-    assert_eq!(t.gang, GangStatus::Incomplete { ready: 1, required: 3, job_id: None });
-    assert_eq!(t.gang.message(), "not enough pending pods to create external job");
+    let t = run(
+        &reader(&(pg_pod("a", "pg", "") + &pg("{gang: {minCount: 3}}"))),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 3,
+            job_id: None
+        }
+    );
+    assert_eq!(
+        t.gang.message(),
+        "not enough pending pods to create external job"
+    );
     // short gang with a job id → invalid
     let labelled = "  labels: {scheduler.slinky.slurm.net/slurm-jobid: \"7\"}\n";
-    let t = run(&reader(&(pg_pod("a", "pg", labelled) + &pg_pod("b", "pg", "") + &pg("{gang: {minCount: 2}}"))), "a").unwrap();
-    assert_eq!(t.gang, GangStatus::Incomplete { ready: 1, required: 2, job_id: Some(7) });
-    assert_eq!(t.gang.message(), "not enough pending pods for created external job");
+    let t = run(
+        &reader(
+            &(pg_pod("a", "pg", labelled) + &pg_pod("b", "pg", "") + &pg("{gang: {minCount: 2}}")),
+        ),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 2,
+            job_id: Some(7)
+        }
+    );
+    assert_eq!(
+        t.gang.message(),
+        "not enough pending pods for created external job"
+    );
     // basic policy → complete
     let t = run(&reader(&(pg_pod("a", "pg", "") + &pg("{basic: {}}"))), "a").unwrap();
     assert_eq!(t.gang, GangStatus::Complete);
     // missing PodGroup → error
-    assert!(run(&reader(&pg_pod("a", "pg", "")), "a").unwrap_err().to_string().contains("PodGroup ns/pg"));
+    assert!(
+        run(&reader(&pg_pod("a", "pg", "")), "a")
+            .unwrap_err()
+            .to_string()
+            .contains("PodGroup ns/pg")
+    );
 }
 
 #[test]
@@ -341,27 +582,44 @@ fn podgroup_annotation_precedence() {
     let cases: Vec<(&str, String, Option<u32>, Option<&str>)> = vec![
         (
             "workload overrides job and podgroup",
-            pg_pod("a", "pg", &job_owner) + &job("j", &tl("5")) + &podgroup("pg", &tl("10"), "{basic: {}}", Some("wl")) + &workload("wl", &tl("30")),
+            pg_pod("a", "pg", &job_owner)
+                + &job("j", &tl("5"))
+                + &podgroup("pg", &tl("10"), "{basic: {}}", Some("wl"))
+                + &workload("wl", &tl("30")),
             Some(30),
             Some("pg"),
         ),
         (
             "job overrides podgroup without workload ref",
-            pg_pod("a", "pg", &job_owner) + &job("j", &tl("5")) + &podgroup("pg", &tl("10"), "{basic: {}}", None),
+            pg_pod("a", "pg", &job_owner)
+                + &job("j", &tl("5"))
+                + &podgroup("pg", &tl("10"), "{basic: {}}", None),
             Some(5),
             Some("pg"),
         ),
-        ("podgroup only", pg_pod("a", "pg", "") + &podgroup("pg", &tl("10"), "{basic: {}}", None), Some(10), Some("pg")),
+        (
+            "podgroup only",
+            pg_pod("a", "pg", "") + &podgroup("pg", &tl("10"), "{basic: {}}", None),
+            Some(10),
+            Some("pg"),
+        ),
         (
             "missing workload: job over podgroup",
-            pg_pod("a", "pg", &job_owner) + &job("j", &tl("5")) + &podgroup("pg", &tl("10"), "{basic: {}}", Some("gone")),
+            pg_pod("a", "pg", &job_owner)
+                + &job("j", &tl("5"))
+                + &podgroup("pg", &tl("10"), "{basic: {}}", Some("gone")),
             Some(5),
             Some("pg"),
         ),
         (
             "workload job-name beats podgroup name and annotation",
             pg_pod("a", "pg", "")
-                + &podgroup("pg", &annotate(&[(key::JOB_NAME, "pg-ann")]), "{basic: {}}", Some("wl"))
+                + &podgroup(
+                    "pg",
+                    &annotate(&[(key::JOB_NAME, "pg-ann")]),
+                    "{basic: {}}",
+                    Some("wl"),
+                )
                 + &workload("wl", &annotate(&[(key::JOB_NAME, "wl-name")])),
             None,
             Some("wl-name"),
@@ -381,15 +639,28 @@ fn podgroup_annotation_precedence() {
     // Non-conflicting keys from each layer combine.
     let yaml = pg_pod("a", "pg", &job_owner)
         + &job("j", &annotate(&[(key::QOS, "q")]))
-        + &podgroup("pg", &annotate(&[(key::ACCOUNT, "acct")]), "{basic: {}}", Some("wl"))
+        + &podgroup(
+            "pg",
+            &annotate(&[(key::ACCOUNT, "acct")]),
+            "{basic: {}}",
+            Some("wl"),
+        )
         + &workload("wl", &annotate(&[(key::PARTITION, "part")]));
     let t = run(&reader(&yaml), "a").unwrap();
     assert_eq!(
-        (t.ir.job.qos.as_deref(), t.ir.job.account.as_deref(), t.ir.job.partition.as_deref()),
+        (
+            t.ir.job.qos.as_deref(),
+            t.ir.job.account.as_deref(),
+            t.ir.job.partition.as_deref()
+        ),
         (Some("q"), Some("acct"), Some("part"))
     );
     // A Workload read failure other than NotFound is an error.
-    let mut rd = reader(&(pg_pod("a", "pg", "") + &podgroup("pg", "", "{basic: {}}", Some("wl")) + &workload("wl", "")));
+    let mut rd = reader(
+        &(pg_pod("a", "pg", "")
+            + &podgroup("pg", "", "{basic: {}}", Some("wl"))
+            + &workload("wl", "")),
+    );
     let wl = r("scheduling.k8s.io/v1alpha2", "Workload", "wl");
     rd.errors.insert(wl.clone(), forbidden(&wl));
     assert!(run(&rd, "a").is_err());
@@ -398,12 +669,25 @@ fn podgroup_annotation_precedence() {
 // ---- Coscheduling PodGroup ---------------------------------------------------------------
 
 fn cos_pod(name: &str, ns: &str, group: &str, extra: &str) -> String {
-    pod(name, &format!("  labels: {{scheduling.x-k8s.io/pod-group: {group}{extra}}}\n"), "").replace("namespace: ns", &format!("namespace: {ns}"))
+    pod(
+        name,
+        &format!("  labels: {{scheduling.x-k8s.io/pod-group: {group}{extra}}}\n"),
+        "",
+    )
+    .replace("namespace: ns", &format!("namespace: {ns}"))
 }
 
 fn cos_pg(spec: &str, phase: Option<&str>) -> String {
-    let status = phase.map(|p| format!("status: {{phase: {p}}}\n")).unwrap_or_default();
-    object("scheduling.x-k8s.io/v1alpha1", "PodGroup", "cg", "", &format!("spec: {spec}\n{status}"))
+    let status = phase
+        .map(|p| format!("status: {{phase: {p}}}\n"))
+        .unwrap_or_default();
+    object(
+        "scheduling.x-k8s.io/v1alpha1",
+        "PodGroup",
+        "cg",
+        "",
+        &format!("spec: {spec}\n{status}"),
+    )
 }
 
 #[test]
@@ -412,30 +696,93 @@ fn coscheduling_table() {
     let t = run(&reader(&cos_pod("a", "ns", "cg", "")), "a").unwrap();
     assert_eq!(t.group_key, "pod/ns/a");
     // PodGroup with minMember 1 and minResources
-    let t = run(&reader(&(cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 1, minResources: {cpu: \"22\", memory: 1Mi}}", None))), "a").unwrap();
+    let t = run(
+        &reader(
+            &(cos_pod("a", "ns", "cg", "")
+                + &cos_pg(
+                    "{minMember: 1, minResources: {cpu: \"22\", memory: 1Mi}}",
+                    None,
+                )),
+        ),
+        "a",
+    )
+    .unwrap();
     assert_eq!(t.group_key, "coscheduling/ns/cg");
     assert_eq!(
-        (t.ir.job.cpus_per_task, t.ir.job.mem_per_node_mib, t.ir.job.min_nodes, t.ir.job.max_nodes, t.ir.job.tasks_per_node),
+        (
+            t.ir.job.cpus_per_task,
+            t.ir.job.mem_per_node_mib,
+            t.ir.job.min_nodes,
+            t.ir.job.max_nodes,
+            t.ir.job.tasks_per_node
+        ),
         (Some(22), Some(1), Some(1), Some(1), Some(1))
     );
     assert_eq!(t.ir.job.job_name, None);
     // quirk 4 fixed: a same-named group in another namespace does not join
-    let t = run(&reader(&(cos_pod("a", "ns", "cg", "") + &cos_pod("b", "ns", "cg", "") + &cos_pod("x", "other", "cg", "") + &cos_pg("{minMember: 2}", None))), "a").unwrap();
+    let t = run(
+        &reader(
+            &(cos_pod("a", "ns", "cg", "")
+                + &cos_pod("b", "ns", "cg", "")
+                + &cos_pod("x", "other", "cg", "")
+                + &cos_pg("{minMember: 2}", None)),
+        ),
+        "a",
+    )
+    .unwrap();
     assert_eq!(t.ir.pod_names(), vec!["ns/a", "ns/b"]);
     assert_eq!(t.gang, GangStatus::Complete);
     // closed phases
     for phase in ["Running", "Unknown", "Failed", "Finished"] {
-        let t = run(&reader(&(cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 1}", Some(phase)))), "a").unwrap();
-        assert_eq!(t.gang.message(), format!("PodGroup coscheduling status is {phase}"));
+        let t = run(
+            &reader(&(cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 1}", Some(phase)))),
+            "a",
+        )
+        .unwrap();
+        assert_eq!(
+            t.gang.message(),
+            format!("PodGroup coscheduling status is {phase}")
+        );
     }
     // not enough pods: without and with a job id label
-    let t = run(&reader(&(cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 2}", Some("Pending")))), "a").unwrap();
-    assert_eq!(t.gang, GangStatus::Incomplete { ready: 1, required: 2, job_id: None });
-    let t = run(&reader(&(cos_pod("a", "ns", "cg", ", scheduler.slinky.slurm.net/slurm-jobid: \"9\"") + &cos_pg("{minMember: 2}", None))), "a").unwrap();
-    assert_eq!(t.gang, GangStatus::Incomplete { ready: 1, required: 2, job_id: Some(9) });
+    let t = run(
+        &reader(&(cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 2}", Some("Pending")))),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 2,
+            job_id: None
+        }
+    );
+    let t = run(
+        &reader(
+            &(cos_pod(
+                "a",
+                "ns",
+                "cg",
+                ", scheduler.slinky.slurm.net/slurm-jobid: \"9\"",
+            ) + &cos_pg("{minMember: 2}", None)),
+        ),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 2,
+            job_id: Some(9)
+        }
+    );
     // terminal pods do not count
     let done = cos_pod("b", "ns", "cg", "") + "status: {phase: Succeeded}\n---\n";
-    let yaml = cos_pod("a", "ns", "cg", "") + &done.replace("---\nstatus", "status") + &cos_pg("{minMember: 2}", None);
+    let yaml = cos_pod("a", "ns", "cg", "")
+        + &done.replace("---\nstatus", "status")
+        + &cos_pg("{minMember: 2}", None);
     let t = run(&reader(&yaml), "a").unwrap();
     assert_eq!(t.ir.pod_names(), vec!["ns/a"]);
 }
@@ -444,16 +791,31 @@ fn coscheduling_table() {
 fn coscheduling_read_failures() {
     let yaml = cos_pod("a", "ns", "cg", "") + &cos_pg("{minMember: 1}", None);
     let mut rd = reader(&yaml);
-    rd.list_error = Some(ReadError::Other { object: "pods".into(), message: "boom".into() });
+    rd.list_error = Some(ReadError::Other {
+        object: "pods".into(),
+        message: "boom".into(),
+    });
     assert!(run(&rd, "a").unwrap_err().to_string().contains("boom"));
     // A read error other than NotFound is not silently ignored.
     let mut rd = reader(&yaml);
     let cg = r("scheduling.x-k8s.io/v1alpha1", "PodGroup", "cg");
-    rd.errors.insert(cg.clone(), ReadError::Other { object: cg.to_string(), message: "503".into() });
+    rd.errors.insert(
+        cg.clone(),
+        ReadError::Other {
+            object: cg.to_string(),
+            message: "503".into(),
+        },
+    );
     assert!(run(&rd, "a").unwrap_err().to_string().contains("503"));
     // An unserved kind is the same as no PodGroup.
     let mut rd = reader(&yaml);
-    rd.errors.insert(cg.clone(), ReadError::NoKind { api_version: cg.api_version.clone(), kind: "PodGroup".into() });
+    rd.errors.insert(
+        cg.clone(),
+        ReadError::NoKind {
+            api_version: cg.api_version.clone(),
+            kind: "PodGroup".into(),
+        },
+    );
     assert_eq!(run(&rd, "a").unwrap().group_key, "pod/ns/a");
 }
 
@@ -477,34 +839,79 @@ fn lws(size: u32) -> String {
         "LeaderWorkerSet",
         "foo",
         &annotate(&[(key::ACCOUNT, "lws")]),
-        &format!("spec:\n  leaderWorkerTemplate:\n    size: {size}\n    workerTemplate: {{spec: {{containers: [{{name: c}}]}}}}\n"),
+        &format!(
+            "spec:\n  leaderWorkerTemplate:\n    size: {size}\n    workerTemplate: {{spec: {{containers: [{{name: c}}]}}}}\n"
+        ),
     )
 }
 
 #[test]
 fn lws_table() {
     // LWS missing → error
-    assert!(run(&reader(&lws_pod("a", "ns", "k1", "")), "a").unwrap_err().to_string().contains("LeaderWorkerSet ns/foo"));
+    assert!(
+        run(&reader(&lws_pod("a", "ns", "k1", "")), "a")
+            .unwrap_err()
+            .to_string()
+            .contains("LeaderWorkerSet ns/foo")
+    );
     // enough pods
-    let yaml = lws_pod("a", "ns", "k1", "") + &lws_pod("b", "ns", "k1", "") + &lws_pod("c", "ns", "k2", "") + &lws(2);
+    let yaml = lws_pod("a", "ns", "k1", "")
+        + &lws_pod("b", "ns", "k1", "")
+        + &lws_pod("c", "ns", "k2", "")
+        + &lws(2);
     let t = run(&reader(&yaml), "a").unwrap();
     assert_eq!(t.group_key, "lws/ns/foo/1");
     assert_eq!(t.ir.job.job_name.as_deref(), Some("foo-1"));
-    assert_eq!((t.ir.job.min_nodes, t.ir.job.max_nodes, t.ir.job.tasks_per_node), (Some(2), Some(2), Some(1)));
+    assert_eq!(
+        (
+            t.ir.job.min_nodes,
+            t.ir.job.max_nodes,
+            t.ir.job.tasks_per_node
+        ),
+        (Some(2), Some(2), Some(1))
+    );
     assert_eq!(t.ir.pod_names(), vec!["ns/a", "ns/b"]);
     assert_eq!(t.ir.job.account.as_deref(), Some("lws"));
     assert_eq!(t.gang, GangStatus::Complete);
     // too few pods, without and with job id
     let t = run(&reader(&(lws_pod("a", "ns", "k1", "") + &lws(2))), "a").unwrap();
-    assert_eq!(t.gang, GangStatus::Incomplete { ready: 1, required: 2, job_id: None });
-    let t = run(&reader(&(lws_pod("a", "ns", "k1", ", scheduler.slinky.slurm.net/slurm-jobid: \"3\"") + &lws(2))), "a").unwrap();
-    assert_eq!(t.gang.message(), "not enough pending pods for created external job");
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 2,
+            job_id: None
+        }
+    );
+    let t = run(
+        &reader(
+            &(lws_pod(
+                "a",
+                "ns",
+                "k1",
+                ", scheduler.slinky.slurm.net/slurm-jobid: \"3\"",
+            ) + &lws(2)),
+        ),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(
+        t.gang.message(),
+        "not enough pending pods for created external job"
+    );
     // quirk 4 fixed: same group key in another namespace does not join
-    let t = run(&reader(&(lws_pod("a", "ns", "k1", "") + &lws_pod("z", "other", "k1", "") + &lws(2))), "a").unwrap();
+    let t = run(
+        &reader(&(lws_pod("a", "ns", "k1", "") + &lws_pod("z", "other", "k1", "") + &lws(2))),
+        "a",
+    )
+    .unwrap();
     assert_eq!(t.ir.pod_names(), vec!["ns/a"]);
     // list failure → error
     let mut rd = reader(&(lws_pod("a", "ns", "k1", "") + &lws(2)));
-    rd.list_error = Some(ReadError::Other { object: "pods".into(), message: "boom".into() });
+    rd.list_error = Some(ReadError::Other {
+        object: "pods".into(),
+        message: "boom".into(),
+    });
     assert!(run(&rd, "a").is_err());
 }
 
@@ -517,21 +924,40 @@ fn resources_feed_cpu_memory_and_gres_and_annotations_win() {
     assert_eq!(t.ir.job.cpus_per_task, Some(2));
     assert_eq!(t.ir.job.mem_per_node_mib, Some(1024));
     assert_eq!(t.ir.job.gres.as_deref(), Some("gres/gpu:gpu.nvidia.com=2"));
-    let t = run(&reader(&pod("p", &annotate(&[(key::CPU_PER_TASK, "8"), (key::GRES, "gres/gpu=1")]), spec)), "p").unwrap();
+    let t = run(
+        &reader(&pod(
+            "p",
+            &annotate(&[(key::CPU_PER_TASK, "8"), (key::GRES, "gres/gpu=1")]),
+            spec,
+        )),
+        "p",
+    )
+    .unwrap();
     assert_eq!(t.ir.job.cpus_per_task, Some(8));
     assert_eq!(t.ir.job.gres.as_deref(), Some("gres/gpu=1"));
 }
 
 #[test]
 fn unsupported_device_class_names_the_pod() {
-    let spec = "    resources: {limits: {deviceclass.resource.kubernetes.io/fpga.acme.com: \"1\"}}\n";
-    let e = run(&reader(&pod("p", "", spec)), "p").unwrap_err().to_string();
+    let spec =
+        "    resources: {limits: {deviceclass.resource.kubernetes.io/fpga.acme.com: \"1\"}}\n";
+    let e = run(&reader(&pod("p", "", spec)), "p")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("pod ns/p") && e.contains("fpga.acme.com"), "{e}");
 }
 
 #[test]
 fn unknown_annotation_keys_are_warnings() {
-    let t = run(&reader(&pod("p", &annotate(&[("slurmjob.slinky.slurm.net/timelimt", "5")]), "")), "p").unwrap();
+    let t = run(
+        &reader(&pod(
+            "p",
+            &annotate(&[("slurmjob.slinky.slurm.net/timelimt", "5")]),
+            "",
+        )),
+        "p",
+    )
+    .unwrap();
     assert_eq!(t.warnings.len(), 1);
     assert!(t.warnings[0].contains("timelimt"));
 }

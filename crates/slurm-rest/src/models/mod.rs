@@ -121,9 +121,15 @@ mod tests {
         assert_eq!(JobFlag::ExternalJob.as_str(), "EXTERNAL_JOB");
         let v: Vec<NodeState> = serde_json::from_value(json!(["IDLE", "SHINY_NEW"])).unwrap();
         assert_eq!(v, [NodeState::Idle, NodeState::Other("SHINY_NEW".into())]);
-        assert_eq!(serde_json::to_value(&v).unwrap(), json!(["IDLE", "SHINY_NEW"]));
+        assert_eq!(
+            serde_json::to_value(&v).unwrap(),
+            json!(["IDLE", "SHINY_NEW"])
+        );
         assert_eq!(Shared::None.to_string(), "none");
-        assert_eq!("TIME=100%".parse::<JobState>().unwrap(), JobState::Other("TIME=100%".into()));
+        assert_eq!(
+            "TIME=100%".parse::<JobState>().unwrap(),
+            JobState::Other("TIME=100%".into())
+        );
     }
 
     #[test]
@@ -151,7 +157,10 @@ mod tests {
         assert_eq!(back, d);
         // An older parser's comma string decodes too.
         let old: JobDescMsg = serde_json::from_value(json!({"excluded_nodes": "a,b"})).unwrap();
-        assert_eq!(old.excluded_nodes, Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(
+            old.excluded_nodes,
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
     }
 
     #[test]
@@ -163,7 +172,9 @@ mod tests {
         assert_eq!(j.job_id, 4);
         assert!(j.job_state.is_empty());
         assert_eq!(j.flags[1], JobFlag::Other("FUTURE_FLAG".into()));
-        let n: Node = serde_json::from_value(json!({"name": "a", "features": "x,y", "partitions": null})).unwrap();
+        let n: Node =
+            serde_json::from_value(json!({"name": "a", "features": "x,y", "partitions": null}))
+                .unwrap();
         assert_eq!(n.features, ["x", "y"]);
         assert!(n.partitions.is_empty());
     }

@@ -193,13 +193,25 @@ mod tests {
     #[test]
     fn decodes_objects_bare_numbers_and_null() {
         let d = |v| serde_json::from_value::<NoVal<u64>>(v).unwrap();
-        assert_eq!(d(json!({"set": true, "infinite": false, "number": 5})), NoVal::Set(5));
-        assert_eq!(d(json!({"set": false, "infinite": false, "number": 0})), NoVal::Unset);
-        assert_eq!(d(json!({"set": false, "infinite": true, "number": 0})), NoVal::Infinite);
+        assert_eq!(
+            d(json!({"set": true, "infinite": false, "number": 5})),
+            NoVal::Set(5)
+        );
+        assert_eq!(
+            d(json!({"set": false, "infinite": false, "number": 0})),
+            NoVal::Unset
+        );
+        assert_eq!(
+            d(json!({"set": false, "infinite": true, "number": 0})),
+            NoVal::Infinite
+        );
         assert_eq!(d(json!({"number": 9})), NoVal::Set(9));
         assert_eq!(d(json!(42)), NoVal::Set(42));
         assert_eq!(d(json!(null)), NoVal::Unset);
-        assert_eq!(d(json!({"set": true, "number": 3, "new_field": [1]})), NoVal::Set(3));
+        assert_eq!(
+            d(json!({"set": true, "number": 3, "new_field": [1]})),
+            NoVal::Set(3)
+        );
         assert!(serde_json::from_value::<NoVal<u16>>(json!(70000)).is_err());
         assert!(serde_json::from_value::<NoVal<u32>>(json!(-1)).is_err());
         assert!(serde_json::from_value::<NoVal<u32>>(json!("x")).is_err());

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 /// A recorded slurmrestd answer from tests/fixtures/.
 pub fn fixture(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -60,7 +62,9 @@ pub async fn mock(answers: Vec<Answer>) -> Mock {
     let seen2 = seen.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let seen = seen2.clone();
             let script = script.clone();
             tokio::spawn(async move {
@@ -80,11 +84,11 @@ pub async fn mock(answers: Vec<Answer>) -> Mock {
                                 .collect(),
                             body: String::from_utf8_lossy(&body).into_owned(),
                         });
-                        let (status, text, delay) = script
-                            .lock()
-                            .unwrap()
-                            .pop_front()
-                            .unwrap_or((200, "{}".to_string(), Duration::ZERO));
+                        let (status, text, delay) = script.lock().unwrap().pop_front().unwrap_or((
+                            200,
+                            "{}".to_string(),
+                            Duration::ZERO,
+                        ));
                         tokio::time::sleep(delay).await;
                         Ok::<_, std::convert::Infallible>(
                             Response::builder()
@@ -103,4 +107,3 @@ pub async fn mock(answers: Vec<Answer>) -> Mock {
     });
     Mock { url, seen }
 }
-

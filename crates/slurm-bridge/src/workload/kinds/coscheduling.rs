@@ -28,7 +28,10 @@ pub async fn translate<R: WorkloadReader>(
 ) -> Result<KindOutput, TranslateError> {
     let pg: CoschedulingPodGroup = decode(pg, pg_ref)?;
     let ns = pod_namespace(pod);
-    let selector = BTreeMap::from([(LABEL_COSCHEDULING_POD_GROUP.to_string(), pg_ref.name.clone())]);
+    let selector = BTreeMap::from([(
+        LABEL_COSCHEDULING_POD_GROUP.to_string(),
+        pg_ref.name.clone(),
+    )]);
     let pods = group_pods(reader.list_pods(ns, &selector).await?, pod);
 
     let mut job = JobInfo {
@@ -47,13 +50,16 @@ pub async fn translate<R: WorkloadReader>(
         };
         match name.as_str() {
             "cpu" => {
-                let n = Quantity::from_k8s(q).map_err(|e| bad(e.to_string()))?.ceil_units();
+                let n = Quantity::from_k8s(q)
+                    .map_err(|e| bad(e.to_string()))?
+                    .ceil_units();
                 if n > 0 {
                     job.cpus_per_task = Some(u32::try_from(n).unwrap_or(u32::MAX));
                 }
             }
             "memory" => {
-                let mib = bytes_to_mib_ceil(&Quantity::from_k8s(q).map_err(|e| bad(e.to_string()))?);
+                let mib =
+                    bytes_to_mib_ceil(&Quantity::from_k8s(q).map_err(|e| bad(e.to_string()))?);
                 if mib > 0 {
                     job.mem_per_node_mib = Some(mib);
                 }
@@ -62,7 +68,11 @@ pub async fn translate<R: WorkloadReader>(
         }
     }
 
-    let phase = pg.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    let phase = pg
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
     let gang = if CLOSED_PHASES.contains(&phase.as_str()) {
         GangStatus::Closed { phase }
     } else {

@@ -11,13 +11,20 @@ use crate::workload::reader::{ObjectRef, WorkloadReader, get_typed};
 use crate::workload::{GangStatus, TranslateError, kind};
 
 /// Translate a pod of the Job `job_name` (in the pod's namespace).
-pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod, job_name: &str) -> Result<KindOutput, TranslateError> {
+pub async fn translate<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+    job_name: &str,
+) -> Result<KindOutput, TranslateError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let job_ref = ObjectRef::new(kind::JOB.0, kind::JOB.1, ns, job_name);
     let job: Job = get_typed(reader, &job_ref).await?;
     let info = job_info(&job, &job_ref)?;
     Ok(KindOutput {
-        group_key: format!("job/{ns}/{job_name}/{}", pod.metadata.name.as_deref().unwrap_or_default()),
+        group_key: format!(
+            "job/{ns}/{job_name}/{}",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
         root: job_ref.clone(),
         pods: vec![pod.clone()],
         job: info,
@@ -31,10 +38,20 @@ pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod, job_name: &str)
 /// template's pod-level CPU and memory limits when present and non-zero (the reference
 /// set them to 0 when the limit was absent: quirk 14, fixed).
 pub fn job_info(job: &Job, job_ref: &ObjectRef) -> Result<JobInfo, TranslateError> {
-    let mut info = JobInfo { min_nodes: Some(1), ..Default::default() };
+    let mut info = JobInfo {
+        min_nodes: Some(1),
+        ..Default::default()
+    };
     let spec = job.spec.as_ref();
-    if let Some(secs) = spec.and_then(|s| s.active_deadline_seconds).filter(|s| *s > 0) {
-        info.time_limit_minutes = Some(u32::try_from(secs / 60 + i64::from(secs % 60 != 0)).unwrap_or(u32::MAX).min(i32::MAX as u32));
+    if let Some(secs) = spec
+        .and_then(|s| s.active_deadline_seconds)
+        .filter(|s| *s > 0)
+    {
+        info.time_limit_minutes = Some(
+            u32::try_from(secs / 60 + i64::from(secs % 60 != 0))
+                .unwrap_or(u32::MAX)
+                .min(i32::MAX as u32),
+        );
     }
     let limits = spec
         .and_then(|s| s.template.spec.as_ref())

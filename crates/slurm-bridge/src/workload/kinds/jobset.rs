@@ -25,7 +25,11 @@ pub fn job_name_of(pod: &Pod) -> Option<String> {
 }
 
 /// Translate a pod of the JobSet `jobset`.
-pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod, jobset: &ObjectRef) -> Result<KindOutput, TranslateError> {
+pub async fn translate<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+    jobset: &ObjectRef,
+) -> Result<KindOutput, TranslateError> {
     let js: JobSet = get_typed(reader, jobset).await?;
     let job_name = job_name_of(pod).ok_or_else(|| TranslateError::MissingLabel {
         pod: pod_key(pod),

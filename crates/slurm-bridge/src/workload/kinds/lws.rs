@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{KindOutput, annotations_of, group_pods, jobid_label, parse_job_id, pod_label, pod_namespace};
+use super::{
+    KindOutput, annotations_of, group_pods, jobid_label, parse_job_id, pod_label, pod_namespace,
+};
 use crate::wellknown::{LABEL_LWS_GROUP_INDEX, LABEL_LWS_GROUP_KEY, LABEL_LWS_NAME};
 use crate::workload::crd::LeaderWorkerSet;
 use crate::workload::ir::{JobInfo, pod_key};
@@ -13,11 +15,19 @@ use crate::workload::reader::{ObjectRef, WorkloadReader, get_typed};
 use crate::workload::{GangStatus, TranslateError};
 
 fn need_label<'a>(pod: &'a Pod, label: &'static str) -> Result<&'a str, TranslateError> {
-    pod_label(pod, label).ok_or_else(|| TranslateError::MissingLabel { pod: pod_key(pod), label, what: "LeaderWorkerSet group" })
+    pod_label(pod, label).ok_or_else(|| TranslateError::MissingLabel {
+        pod: pod_key(pod),
+        label,
+        what: "LeaderWorkerSet group",
+    })
 }
 
 /// Translate a pod of the LeaderWorkerSet `lws_ref`.
-pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod, lws_ref: &ObjectRef) -> Result<KindOutput, TranslateError> {
+pub async fn translate<R: WorkloadReader>(
+    reader: &R,
+    pod: &Pod,
+    lws_ref: &ObjectRef,
+) -> Result<KindOutput, TranslateError> {
     let lws: LeaderWorkerSet = get_typed(reader, lws_ref).await?;
     let group_key = need_label(pod, LABEL_LWS_GROUP_KEY)?;
     let name = need_label(pod, LABEL_LWS_NAME)?;
@@ -27,7 +37,11 @@ pub async fn translate<R: WorkloadReader>(reader: &R, pod: &Pod, lws_ref: &Objec
     let pods = group_pods(reader.list_pods(ns, &selector).await?, pod);
     let size = lws.group_size();
     let gang = if pods.len() < size as usize {
-        GangStatus::Incomplete { ready: pods.len(), required: size as usize, job_id: jobid_label(pod).and_then(parse_job_id) }
+        GangStatus::Incomplete {
+            ready: pods.len(),
+            required: size as usize,
+            job_id: jobid_label(pod).and_then(parse_job_id),
+        }
     } else {
         GangStatus::Complete
     };

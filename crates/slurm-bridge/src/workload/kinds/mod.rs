@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::GangStatus;
 use super::ir::{JobInfo, pod_key};
 use super::reader::ObjectRef;
-use super::GangStatus;
 use crate::wellknown::LABEL_SLURM_JOBID;
 
 /// What a kind translator found.
@@ -39,7 +39,10 @@ pub struct KindOutput {
 
 /// True for a pod that has finished (Succeeded or Failed).
 pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// The group's pods: listed pods that are not terminal, plus the translated pod itself
@@ -50,13 +53,19 @@ pub fn group_pods(listed: Vec<Pod>, current: &Pod) -> Vec<Pod> {
         .filter(|p| !is_terminal(p))
         .map(|p| (pod_key(&p), p))
         .collect();
-    by_key.entry(pod_key(current)).or_insert_with(|| current.clone());
+    by_key
+        .entry(pod_key(current))
+        .or_insert_with(|| current.clone());
     by_key.into_values().collect()
 }
 
 /// The pod's Slurm job id label, verbatim.
 pub fn jobid_label(pod: &Pod) -> Option<&str> {
-    pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SLURM_JOBID)).map(String::as_str)
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SLURM_JOBID))
+        .map(String::as_str)
 }
 
 /// A Slurm job id label value as a job id (u32, no wrap-around: fixes quirk 16).
@@ -67,16 +76,25 @@ pub fn parse_job_id(value: &str) -> Option<u32> {
 /// Gang check: count the pods whose job id label equals the current pod's.
 pub fn gang_by_label(pods: &[Pod], current: &Pod, required: usize) -> GangStatus {
     let mine = jobid_label(current).unwrap_or_default();
-    let ready = pods.iter().filter(|p| jobid_label(p).unwrap_or_default() == mine).count();
+    let ready = pods
+        .iter()
+        .filter(|p| jobid_label(p).unwrap_or_default() == mine)
+        .count();
     if ready < required {
-        GangStatus::Incomplete { ready, required, job_id: jobid_label(current).and_then(parse_job_id) }
+        GangStatus::Incomplete {
+            ready,
+            required,
+            job_id: jobid_label(current).and_then(parse_job_id),
+        }
     } else {
         GangStatus::Complete
     }
 }
 
 /// Annotations of an object's metadata, or an empty map.
-pub fn annotations_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> BTreeMap<String, String> {
+pub fn annotations_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> BTreeMap<String, String> {
     meta.annotations.clone().unwrap_or_default()
 }
 
@@ -87,5 +105,9 @@ pub fn pod_namespace(pod: &Pod) -> &str {
 
 /// A label of a pod.
 pub fn pod_label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str)
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
 }

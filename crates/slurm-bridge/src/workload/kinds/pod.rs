@@ -15,7 +15,11 @@ pub fn translate(pod: &Pod, root: &RootOwner) -> KindOutput {
         group_key: format!("pod/{}", pod_key(pod)),
         root: root.object.clone(),
         pods: vec![pod.clone()],
-        job: JobInfo { tasks_per_node: Some(1), max_nodes: Some(1), ..Default::default() },
+        job: JobInfo {
+            tasks_per_node: Some(1),
+            max_nodes: Some(1),
+            ..Default::default()
+        },
         annotations: root.annotations(pod).cloned().unwrap_or_default(),
         annotation_source: root.object.to_string(),
         gang: GangStatus::Complete,

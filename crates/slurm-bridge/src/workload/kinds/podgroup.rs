@@ -40,7 +40,10 @@ pub async fn translate<R: WorkloadReader>(
     let pg: PodGroup = get_typed(reader, &pg_ref).await?;
 
     let listed = reader.list_pods(ns, &BTreeMap::new()).await?;
-    let members: Vec<Pod> = listed.into_iter().filter(|p| pod_group_name(p) == Some(name)).collect();
+    let members: Vec<Pod> = listed
+        .into_iter()
+        .filter(|p| pod_group_name(p) == Some(name))
+        .collect();
     let pods = group_pods(members, pod);
     let n = u32::try_from(pods.len()).unwrap_or(u32::MAX);
 

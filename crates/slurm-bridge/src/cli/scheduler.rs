@@ -1,0 +1,169 @@
+//! `slurm-bridge scheduler` (and `run`): the scheduler process with its probes, metrics, leader
+//! election and clean shutdown on SIGTERM.
+
+use crate::config::Config;
+use crate::scheduler::{self, SchedulerOptions};
+use crate::{leader, server};
+use anyhow::{Context, bail};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Flags of `scheduler` and `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerArgs {
+    /// Compete for a Lease so only one replica schedules (`--leader-elect=false` turns it off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_elect_namespace: String,
+    /// Name of the leader Lease (default: the scheduler name).
+    #[arg(long)]
+    pub leader_elect_name: Option<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: SocketAddr,
+    /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub slurm_poll_interval: Duration,
+    /// Pods reconciled at once.
+    #[arg(long, default_value_t = 64)]
+    pub workers: u16,
+}
+
+/// Parses `500ms`, `1s`, `2m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let err =
+        || format!("invalid duration {s:?}: use a number with ms, s or m (e.g. 500ms, 1s, 2m)");
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| err())?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(err()),
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The Slurm client from the config URL and `SLURM_JWT_FILE` (re-read when it changes), or
+/// `SLURM_JWT`.
+pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
+    if cfg.slurm_rest_api.is_empty() {
+        bail!(
+            "slurmRestApi is not set in the config file: give the slurmrestd URL, e.g. http://slurm-restapi.slurm:6820"
+        );
+    }
+    let token = match (std::env::var("SLURM_JWT_FILE"), std::env::var("SLURM_JWT")) {
+        (Ok(path), _) if !path.is_empty() => slurm_rest::TokenProvider::file(path),
+        (_, Ok(tok)) if !tok.is_empty() => slurm_rest::TokenProvider::Static(tok),
+        _ => bail!(
+            "no Slurm token: set SLURM_JWT_FILE to a file holding the JWT (re-read when it changes), or SLURM_JWT"
+        ),
+    };
+    slurm_rest::Client::builder(cfg.slurm_rest_api.clone())
+        .token(token)
+        .build()
+        .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    tracing::info!("shutting down");
+}
+
+/// Runs the scheduler until SIGTERM/SIGINT.
+pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
+    if cfg.scheduler_name.is_empty() {
+        bail!(
+            "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
+        );
+    }
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let slurm = slurm_client(&cfg)?;
+    let leader_rx = if args.leader_elect {
+        let name = args
+            .leader_elect_name
+            .clone()
+            .unwrap_or_else(|| cfg.scheduler_name.clone());
+        leader::elect(
+            client.clone(),
+            &args.leader_elect_namespace,
+            &name,
+            &leader::identity(),
+        )
+        .await?
+    } else {
+        watch::channel(true).1
+    };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let wait = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut registry = Registry::default();
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let mut opts = SchedulerOptions::new(cfg);
+    opts.job_poll_interval = args.slurm_poll_interval;
+    opts.concurrency = args.workers;
+    let _handle = scheduler::run(
+        client,
+        slurm,
+        opts,
+        &mut registry,
+        leader_rx,
+        ready_tx,
+        wait(shutdown_rx.clone()),
+    )
+    .await;
+    let server = tokio::spawn(server::serve(
+        args.health_probe_bind_address,
+        ready_rx,
+        Arc::new(registry),
+        wait(shutdown_rx.clone()),
+    ));
+    shutdown_signal().await;
+    let _ = shutdown_tx.send(true);
+    match tokio::time::timeout(Duration::from_secs(10), server).await {
+        Ok(Ok(Err(e))) => Err(e).context("serving probes"),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").unwrap_err().contains("500ms"));
+    }
+}

@@ -1,0 +1,419 @@
+//! Which Kubernetes nodes a pod may run on, by the default scheduler's rules (nodeSelector,
+//! required node affinity, taints against tolerations, unschedulable, NotReady), and which Slurm
+//! nodes must therefore be excluded from the pod's external job.
+//!
+//! The original left this to kube-scheduler's filter plugins and sent the survivors as
+//! `required_nodes`; that asks Slurm for *all* of them (reference §10). Here the bridge sends
+//! the others as `excluded_nodes`, and Slurm picks among the rest.
+
+use crate::wellknown::LABEL_SLURM_NODENAME;
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
+};
+use std::collections::BTreeSet;
+
+/// The Slurm NodeName of a Kubernetes node: the `slinky.slurm.net/slurm-nodename` label when
+/// present (even empty), else the node's name.
+pub fn slurm_node_name(node: &Node) -> String {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SLURM_NODENAME))
+        .cloned()
+        .unwrap_or_else(|| node.metadata.name.clone().unwrap_or_default())
+}
+
+/// Why a node is not feasible for a pod (shown to users in the pod's condition message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Infeasible {
+    NotReady,
+    Unschedulable,
+    UntoleratedTaint(String),
+    NodeSelector,
+    NodeAffinity,
+}
+
+impl std::fmt::Display for Infeasible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Infeasible::NotReady => write!(f, "node is not Ready"),
+            Infeasible::Unschedulable => write!(f, "node is unschedulable (cordoned)"),
+            Infeasible::UntoleratedTaint(t) => write!(f, "untolerated taint {t}"),
+            Infeasible::NodeSelector => write!(f, "node does not match the pod's nodeSelector"),
+            Infeasible::NodeAffinity => {
+                write!(f, "node does not match the pod's required node affinity")
+            }
+        }
+    }
+}
+
+/// Checks one node against one pod. `extra` tolerations count as the pod's own (the bridge
+/// toleration, which the pod gets before it is bound).
+pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasible> {
+    let spec = node.spec.clone().unwrap_or_default();
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    if !ready {
+        return Err(Infeasible::NotReady);
+    }
+    let pod_spec = pod.spec.clone().unwrap_or_default();
+    let tolerations: Vec<&Toleration> = pod_spec
+        .tolerations
+        .iter()
+        .flatten()
+        .chain(extra.iter())
+        .collect();
+    if spec.unschedulable == Some(true) {
+        let t = Taint {
+            key: "node.kubernetes.io/unschedulable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        if !tolerations.iter().any(|tol| tolerates(tol, &t)) {
+            return Err(Infeasible::Unschedulable);
+        }
+    }
+    for taint in spec.taints.iter().flatten() {
+        if taint.effect == "PreferNoSchedule" {
+            continue;
+        }
+        if !tolerations.iter().any(|tol| tolerates(tol, taint)) {
+            let value = taint.value.as_deref().unwrap_or("");
+            return Err(Infeasible::UntoleratedTaint(format!(
+                "{}={}:{}",
+                taint.key, value, taint.effect
+            )));
+        }
+    }
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if let Some(selector) = &pod_spec.node_selector
+        && !selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return Err(Infeasible::NodeSelector);
+    }
+    let required = pod_spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    if let Some(required) = required {
+        let name = node.metadata.name.as_deref().unwrap_or("");
+        if !required
+            .node_selector_terms
+            .iter()
+            .any(|term| term_matches(term, &labels, name))
+        {
+            return Err(Infeasible::NodeAffinity);
+        }
+    }
+    Ok(())
+}
+
+/// Kubernetes toleration matching (`Toleration.ToleratesTaint`).
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = tol.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let key = tol.key.as_deref().unwrap_or("");
+    let operator = tol.operator.as_deref().unwrap_or("Equal");
+    if key.is_empty() {
+        // An empty key with operator Exists matches every taint.
+        return operator == "Exists";
+    }
+    if key != taint.key {
+        return false;
+    }
+    match operator {
+        "Exists" => true,
+        "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
+
+/// One node selector term: all expressions and fields must match; an empty term matches nothing.
+fn term_matches(
+    term: &NodeSelectorTerm,
+    labels: &std::collections::BTreeMap<String, String>,
+    node_name: &str,
+) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            let value = (r.key == "metadata.name").then_some(node_name);
+            requirement_matches(r, value)
+        })
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The outcome of filtering the cluster's nodes for a group of pods.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// Slurm names of nodes every pod of the group may use.
+    pub feasible: BTreeSet<String>,
+    /// Slurm nodes to exclude: every known Slurm node that is not feasible.
+    pub excluded: Vec<String>,
+    /// For users: why nodes were rejected, most common reasons first (reason, count).
+    pub rejections: Vec<(String, usize)>,
+}
+
+/// Filters `nodes` for every pod in `pods` (a node must suit all of them: one external job, one
+/// node set) and computes the Slurm nodes to exclude among `slurm_nodes`.
+pub fn place(
+    pods: &[Pod],
+    nodes: &[std::sync::Arc<Node>],
+    slurm_nodes: &BTreeSet<String>,
+    extra: &[Toleration],
+) -> Placement {
+    let mut feasible = BTreeSet::new();
+    let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    for node in nodes {
+        let verdict = pods
+            .iter()
+            .map(|p| check(p, node, extra))
+            .find(Result::is_err)
+            .unwrap_or(Ok(()));
+        match verdict {
+            Ok(()) => {
+                feasible.insert(slurm_node_name(node));
+            }
+            Err(why) => *reasons.entry(why.to_string()).or_default() += 1,
+        }
+    }
+    let excluded = slurm_nodes
+        .iter()
+        .filter(|n| !feasible.contains(*n))
+        .cloned()
+        .collect();
+    let feasible: BTreeSet<String> = feasible
+        .into_iter()
+        .filter(|n| slurm_nodes.contains(n))
+        .collect();
+    let mut rejections: Vec<(String, usize)> = reasons.into_iter().collect();
+    rejections.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Placement {
+        feasible,
+        excluded,
+        rejections,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wellknown::{TAINT_MANAGED_NODE, managed_node_toleration};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn node(v: serde_json::Value) -> Node {
+        let mut base = json!({
+            "metadata": {"name": "n1", "labels": {}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        merge(&mut base, v);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        let mut base = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": [{"name": "c"}]}});
+        merge(&mut base, json!({ "spec": spec }));
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        if let (Some(a), serde_json::Value::Object(b)) = (a.as_object_mut(), b.clone()) {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(x) if x.is_object() && v.is_object() => merge(x, v),
+                    _ => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slurm_name_from_label_even_empty() {
+        assert_eq!(slurm_node_name(&node(json!({}))), "n1");
+        let labelled = node(json!({"metadata": {"labels": {LABEL_SLURM_NODENAME: "slurm-1"}}}));
+        assert_eq!(slurm_node_name(&labelled), "slurm-1");
+        let empty = node(json!({"metadata": {"labels": {LABEL_SLURM_NODENAME: ""}}}));
+        assert_eq!(slurm_node_name(&empty), "");
+    }
+
+    #[test]
+    fn not_ready_and_cordoned_nodes_are_rejected() {
+        let p = pod(json!({}));
+        let not_ready =
+            node(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
+        assert_eq!(check(&p, &not_ready, &[]), Err(Infeasible::NotReady));
+        let cordoned = node(json!({"spec": {"unschedulable": true}}));
+        assert_eq!(check(&p, &cordoned, &[]), Err(Infeasible::Unschedulable));
+        let tolerant = pod(
+            json!({"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]}),
+        );
+        assert_eq!(check(&tolerant, &cordoned, &[]), Ok(()));
+    }
+
+    #[test]
+    fn taints_need_tolerations_and_the_bridge_toleration_counts() {
+        let managed = node(
+            json!({"spec": {"taints": [{"key": TAINT_MANAGED_NODE, "value": "sb", "effect": "NoExecute"}]}}),
+        );
+        let p = pod(json!({}));
+        assert!(matches!(
+            check(&p, &managed, &[]),
+            Err(Infeasible::UntoleratedTaint(t)) if t == format!("{TAINT_MANAGED_NODE}=sb:NoExecute")
+        ));
+        assert_eq!(
+            check(&p, &managed, &[managed_node_toleration("sb")]),
+            Ok(())
+        );
+        assert!(check(&p, &managed, &[managed_node_toleration("other")]).is_err());
+        let soft = node(json!({"spec": {"taints": [{"key": "x", "effect": "PreferNoSchedule"}]}}));
+        assert_eq!(check(&p, &soft, &[]), Ok(()));
+        let everything = pod(json!({"tolerations": [{"operator": "Exists"}]}));
+        let gpu = node(
+            json!({"spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}}),
+        );
+        assert_eq!(check(&everything, &gpu, &[]), Ok(()));
+    }
+
+    #[test]
+    fn toleration_matching_rules() {
+        let taint = Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tol = |key: Option<&str>,
+                   op: Option<&str>,
+                   value: Option<&str>,
+                   effect: Option<&str>| Toleration {
+            key: key.map(Into::into),
+            operator: op.map(Into::into),
+            value: value.map(Into::into),
+            effect: effect.map(Into::into),
+            toleration_seconds: None,
+        };
+        assert!(tolerates(&tol(Some("k"), None, Some("v"), None), &taint));
+        assert!(tolerates(
+            &tol(Some("k"), Some("Exists"), None, Some("NoSchedule")),
+            &taint
+        ));
+        assert!(!tolerates(
+            &tol(Some("k"), Some("Equal"), Some("w"), None),
+            &taint
+        ));
+        assert!(!tolerates(
+            &tol(Some("k"), Some("Exists"), None, Some("NoExecute")),
+            &taint
+        ));
+        assert!(!tolerates(&tol(None, Some("Equal"), None, None), &taint));
+        assert!(tolerates(&tol(None, Some("Exists"), None, None), &taint));
+    }
+
+    #[test]
+    fn node_selector_and_required_affinity() {
+        let n = node(json!({"metadata": {"name": "n7", "labels": {"zone": "a", "rank": "5"}}}));
+        assert_eq!(
+            check(&pod(json!({"nodeSelector": {"zone": "a"}})), &n, &[]),
+            Ok(())
+        );
+        assert_eq!(
+            check(&pod(json!({"nodeSelector": {"zone": "b"}})), &n, &[]),
+            Err(Infeasible::NodeSelector)
+        );
+        let affinity = |terms: serde_json::Value| {
+            pod(
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}),
+            )
+        };
+        let ok = [
+            json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]),
+            json!([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]}]),
+            json!([{"matchExpressions": [{"key": "rank", "operator": "Gt", "values": ["4"]}]}]),
+            json!([{"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}]),
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n7"]}]}]),
+            json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]},
+                   {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]),
+        ];
+        for terms in ok {
+            assert_eq!(check(&affinity(terms.clone()), &n, &[]), Ok(()), "{terms}");
+        }
+        let bad = [
+            json!([{"matchExpressions": [{"key": "rank", "operator": "Lt", "values": ["5"]}]}]),
+            json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]},
+                                         {"key": "gpu", "operator": "Exists"}]}]),
+            json!([{}]),
+            json!([]),
+        ];
+        for terms in bad {
+            assert_eq!(
+                check(&affinity(terms.clone()), &n, &[]),
+                Err(Infeasible::NodeAffinity),
+                "{terms}"
+            );
+        }
+    }
+
+    #[test]
+    fn placement_excludes_every_slurm_node_that_is_not_feasible_for_all_pods() {
+        let nodes: Vec<Arc<Node>> = (1..=4)
+            .map(|i| {
+                Arc::new(node(json!({"metadata": {"name": format!("node-{i}"), "labels": {"rack": if i <= 2 { "r1" } else { "r2" }}}})))
+            })
+            .collect();
+        let slurm: BTreeSet<String> = ["node-1", "node-2", "node-3", "node-4", "slurm-only"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let pods = vec![pod(json!({"nodeSelector": {"rack": "r1"}})), pod(json!({}))];
+        let p = place(&pods, &nodes, &slurm, &[]);
+        assert_eq!(p.feasible.iter().collect::<Vec<_>>(), ["node-1", "node-2"]);
+        assert_eq!(p.excluded, ["node-3", "node-4", "slurm-only"]);
+        assert_eq!(
+            p.rejections,
+            [("node does not match the pod's nodeSelector".to_string(), 2)]
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! One lock per pod group, so two pods of a gang reconciled at once cannot both submit a job.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+/// Locks keyed by group key; entries are dropped when nobody holds or waits for them.
+#[derive(Default)]
+pub struct GroupLocks {
+    locks: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+}
+
+/// Held while a group is reconciled.
+pub struct GroupGuard<'a> {
+    owner: &'a GroupLocks,
+    key: String,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl GroupLocks {
+    pub async fn lock(&self, key: &str) -> GroupGuard<'_> {
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone();
+        let guard = lock.lock_owned().await;
+        GroupGuard {
+            owner: self,
+            key: key.to_string(),
+            guard: Some(guard),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for GroupGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut locks = self.owner.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the map holds it now: nobody is waiting.
+        if locks
+            .get(&self.key)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn one_holder_per_group_and_entries_are_freed() {
+        let locks = Arc::new(GroupLocks::default());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let max = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (locks, inside, max) = (locks.clone(), inside.clone(), max.clone());
+            tasks.push(tokio::spawn(async move {
+                let _g = locks.lock("g").await;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(now, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(max.load(Ordering::SeqCst), 1);
+        assert!(locks.is_empty());
+    }
+}

@@ -1,0 +1,201 @@
+//! Prometheus metrics of the scheduler, and a wrapper that measures every Slurm request.
+
+use super::slurm_ops::SchedulerSlurm;
+use crate::slurm::{SlurmJobs, SlurmNodes};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub outcome: &'static str,
+}
+
+/// The scheduler's metrics.
+pub struct Metrics {
+    pub pods_bound: Counter,
+    pub jobs_submitted: Counter,
+    pub submit_to_allocation: Histogram,
+    pub allocation_to_bound: Histogram,
+    pub slurm_requests: Family<RequestLabels, Counter>,
+    pub slurm_request_seconds: Family<EndpointLabels, Histogram>,
+    pub pending_groups: Gauge,
+    /// Total Slurm requests, for benchmarks (calls per pod).
+    pub slurm_calls: AtomicU64,
+    submitted_at: Mutex<HashMap<u32, Instant>>,
+    allocated_at: Mutex<HashMap<u32, Instant>>,
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.005, 2.0, 16)
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under `slurm_bridge_scheduler_`.
+    pub fn new(registry: &mut Registry) -> Arc<Self> {
+        let m = Metrics {
+            pods_bound: Counter::default(),
+            jobs_submitted: Counter::default(),
+            submit_to_allocation: Histogram::new(latency_buckets()),
+            allocation_to_bound: Histogram::new(latency_buckets()),
+            slurm_requests: Family::default(),
+            slurm_request_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            pending_groups: Gauge::default(),
+            slurm_calls: AtomicU64::new(0),
+            submitted_at: Mutex::new(HashMap::new()),
+            allocated_at: Mutex::new(HashMap::new()),
+        };
+        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
+        r.register("pods_bound", "Pods bound to a node", m.pods_bound.clone());
+        r.register(
+            "jobs_submitted",
+            "External jobs submitted to Slurm",
+            m.jobs_submitted.clone(),
+        );
+        r.register(
+            "submit_to_allocation_seconds",
+            "From submitting an external job to seeing it allocated",
+            m.submit_to_allocation.clone(),
+        );
+        r.register(
+            "allocation_to_bound_seconds",
+            "From seeing an allocation to the last pod of the group bound",
+            m.allocation_to_bound.clone(),
+        );
+        r.register(
+            "slurm_requests",
+            "Slurm REST requests by endpoint and outcome",
+            m.slurm_requests.clone(),
+        );
+        r.register(
+            "slurm_request_seconds",
+            "Slurm REST request latency by endpoint",
+            m.slurm_request_seconds.clone(),
+        );
+        r.register(
+            "pending_groups",
+            "Pod groups whose external job is pending in Slurm",
+            m.pending_groups.clone(),
+        );
+        Arc::new(m)
+    }
+
+    pub fn submitted(&self, job_id: u32) {
+        self.jobs_submitted.inc();
+        self.submitted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(job_id, Instant::now());
+    }
+
+    /// The watcher saw `job_id` allocated.
+    pub fn allocated(&self, job_id: u32) {
+        if let Some(t) = self
+            .submitted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job_id)
+        {
+            self.submit_to_allocation.observe(t.elapsed().as_secs_f64());
+        }
+        self.allocated_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(job_id)
+            .or_insert_with(Instant::now);
+    }
+
+    /// All pods of `job_id` are bound.
+    pub fn group_bound(&self, job_id: u32, pods: u64) {
+        self.pods_bound.inc_by(pods);
+        if let Some(t) = self
+            .allocated_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job_id)
+        {
+            self.allocation_to_bound.observe(t.elapsed().as_secs_f64());
+        }
+    }
+
+    fn observe<T>(
+        &self,
+        endpoint: &'static str,
+        started: Instant,
+        result: &Result<T, slurm_rest::Error>,
+    ) {
+        self.slurm_calls.fetch_add(1, Ordering::Relaxed);
+        self.slurm_request_seconds
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(started.elapsed().as_secs_f64());
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(e) if e.is_transient() => "unavailable",
+            Err(_) => "error",
+        };
+        self.slurm_requests
+            .get_or_create(&RequestLabels { endpoint, outcome })
+            .inc();
+    }
+}
+
+/// Wraps a Slurm implementation and measures every request it makes.
+pub struct Instrumented<S> {
+    pub inner: S,
+    pub metrics: Arc<Metrics>,
+}
+
+macro_rules! measured {
+    ($self:ident, $endpoint:literal, $call:expr) => {{
+        let started = Instant::now();
+        let result = $call.await;
+        $self.metrics.observe($endpoint, started, &result);
+        result
+    }};
+}
+
+impl<S: SchedulerSlurm> SchedulerSlurm for Instrumented<S> {
+    async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
+        measured!(self, "job_submit", self.inner.submit(desc))
+    }
+    async fn update(&self, job_id: u32, desc: &JobDescMsg) -> Result<(), slurm_rest::Error> {
+        measured!(self, "job_update", self.inner.update(job_id, desc))
+    }
+    async fn cancel(&self, job_id: u32) -> Result<(), slurm_rest::Error> {
+        measured!(self, "job_cancel", self.inner.cancel(job_id))
+    }
+}
+
+impl<S: SlurmJobs> SlurmJobs for Instrumented<S> {
+    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+        measured!(self, "jobs", self.inner.list_jobs())
+    }
+    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        measured!(self, "jobs_state", self.inner.job_states())
+    }
+    async fn job(&self, job_id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
+        measured!(self, "job", self.inner.job(job_id))
+    }
+}
+
+impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
+    async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
+        measured!(self, "nodes", self.inner.list_nodes())
+    }
+}

@@ -1,0 +1,241 @@
+//! The scheduler's Kubernetes writes on pods: job id label + finalizer + toleration, node
+//! annotation, binding, the PodScheduled condition, and Events.
+
+use crate::wellknown::{
+    ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
+};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+/// PodScheduled reasons the bridge sets (with Kubernetes' own `Unschedulable` family).
+pub mod reason {
+    /// Waiting for the rest of a gang.
+    pub const WAITING_FOR_GANG: &str = "WaitingForGang";
+    /// A coscheduling PodGroup that admits no new job.
+    pub const POD_GROUP_CLOSED: &str = "PodGroupClosed";
+    /// The Slurm job is pending; the message carries Slurm's state_reason.
+    pub const SLURM_JOB_PENDING: &str = "SlurmJobPending";
+    /// Slurm rejected the job; the message carries Slurm's error text.
+    pub const SLURM_SUBMIT_FAILED: &str = "SlurmSubmitFailed";
+    /// slurmrestd could not be reached.
+    pub const SLURM_UNAVAILABLE: &str = "SlurmUnavailable";
+    /// A `slurmjob.slinky.slurm.net/*` annotation is invalid; the message names the key.
+    pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
+    /// The pod's group could not be worked out (an owner missing, ...).
+    pub const TRANSLATION_FAILED: &str = "TranslationFailed";
+    /// No Kubernetes node suits the pod.
+    pub const NO_FEASIBLE_NODES: &str = "NoFeasibleNodes";
+    /// The allocation could not be mapped to Kubernetes nodes.
+    pub const ALLOCATION_UNMAPPED: &str = "SlurmAllocationUnmapped";
+}
+
+/// Writes pods and records events as the scheduler.
+#[derive(Clone)]
+pub struct PodWriter {
+    client: Client,
+    scheduler_name: String,
+    recorder: Recorder,
+}
+
+fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
+    Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
+}
+
+fn params(scheduler_name: &str) -> PatchParams {
+    PatchParams {
+        field_manager: Some(scheduler_name.to_string()),
+        ..Default::default()
+    }
+}
+
+impl PodWriter {
+    pub fn new(client: Client, scheduler_name: &str) -> Self {
+        let reporter = Reporter {
+            controller: scheduler_name.to_string(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        PodWriter {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            scheduler_name: scheduler_name.to_string(),
+        }
+    }
+
+    /// Labels a pod with its job id, adds the finalizer once and the bridge toleration once, and
+    /// clears a node annotation that does not belong to this job.
+    pub async fn label(&self, pod: &Pod, job_id: u32, clear_node: bool) -> Result<(), kube::Error> {
+        let mut tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        let add_toleration = merge_toleration(&mut tolerations, &self.scheduler_name);
+        let has_label = pod.labels().get(LABEL_SLURM_JOBID) == Some(&job_id.to_string());
+        let has_finalizer = pod.finalizers().iter().any(|f| f == FINALIZER);
+        let stale_node = clear_node && pod.annotations().contains_key(ANNOTATION_SLURM_NODE);
+        if has_label && has_finalizer && !add_toleration && !stale_node {
+            return Ok(());
+        }
+        let mut patch = json!({
+            "metadata": {
+                "labels": {LABEL_SLURM_JOBID: job_id.to_string()},
+                // Strategic merge: finalizers merge as a set.
+                "finalizers": [FINALIZER],
+            }
+        });
+        if stale_node {
+            patch["metadata"]["annotations"] = json!({ ANNOTATION_SLURM_NODE: null });
+        }
+        if add_toleration {
+            // Tolerations have no merge key: send the whole list.
+            patch["spec"] = json!({ "tolerations": tolerations });
+        }
+        api_for(&self.client, pod)
+            .patch(
+                &pod.name_any(),
+                &params(&self.scheduler_name),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes the job id label and node annotation (the job was cancelled under the pod).
+    pub async fn clear_job(&self, pod: &Pod) -> Result<(), kube::Error> {
+        if !pod.labels().contains_key(LABEL_SLURM_JOBID)
+            && !pod.annotations().contains_key(ANNOTATION_SLURM_NODE)
+        {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {
+            "labels": {LABEL_SLURM_JOBID: null},
+            "annotations": {ANNOTATION_SLURM_NODE: null},
+        }});
+        api_for(&self.client, pod)
+            .patch(
+                &pod.name_any(),
+                &params(&self.scheduler_name),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Annotates the pod with its node, then binds it there (pods/binding). A pod already bound
+    /// to that node counts as bound.
+    pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+        let api = api_for(&self.client, pod);
+        let name = pod.name_any();
+        if pod
+            .annotations()
+            .get(ANNOTATION_SLURM_NODE)
+            .map(String::as_str)
+            != Some(node)
+        {
+            let patch = json!({"metadata": {"annotations": {ANNOTATION_SLURM_NODE: node}}});
+            api.patch(&name, &params(&self.scheduler_name), &Patch::Merge(&patch))
+                .await?;
+        }
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: pod.namespace(),
+                uid: pod.uid(),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                kind: Some("Node".into()),
+                api_version: Some("v1".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            },
+        };
+        match api
+            .create_subresource::<Binding, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let current = api.get(&name).await?;
+                let bound_to = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if bound_to == Some(node) {
+                    Ok(())
+                } else {
+                    Err(kube::Error::Api(status))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets PodScheduled=False with `reason` and `message`, unless the pod already shows exactly
+    /// that.
+    pub async fn set_unschedulable(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), kube::Error> {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        }) {
+            return Ok(());
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let patch = json!({"status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now.to_string(),
+        }]}});
+        api_for(&self.client, pod)
+            .patch_status(
+                &pod.name_any(),
+                &params(&self.scheduler_name),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Records an Event on the pod; failures are logged, never fatal.
+    pub async fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Scheduling".to_string(),
+            secondary: None,
+        };
+        let reference = pod.object_ref(&());
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, pod = %pod.name_any(), "publishing an event failed");
+        }
+    }
+
+    /// The bridge toleration this writer adds.
+    pub fn toleration(&self) -> k8s_openapi::api::core::v1::Toleration {
+        managed_node_toleration(&self.scheduler_name)
+    }
+}

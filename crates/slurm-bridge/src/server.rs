@@ -1,0 +1,70 @@
+//! `/healthz`, `/readyz` and `/metrics` for every subcommand.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+struct Probe {
+    ready: watch::Receiver<bool>,
+    registry: Arc<Registry>,
+}
+
+/// Serves the probes and metrics on `addr` until `shutdown` completes. `/readyz` answers 200 once
+/// `ready` is true (caches synced), 503 before.
+pub async fn serve(
+    addr: SocketAddr,
+    ready: watch::Receiver<bool>,
+    registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(ready, registry);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The probe routes (public for tests).
+pub fn router(ready: watch::Receiver<bool>, registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(Probe { ready, registry })
+}
+
+async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
+    if *p.ready.borrow() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: caches not synced",
+        )
+    }
+}
+
+async fn metrics(State(p): State<Probe>) -> impl IntoResponse {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &p.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,362 @@
+//! End-to-end harness: real Slurm (slurm-testenv), kube-sim with its simulated kubelet and
+//! workload controllers, the real kube-rs client, and the scheduler in-process.
+
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use slurm_bridge::config::Config;
+use slurm_bridge::scheduler::context::Slurm;
+use slurm_bridge::scheduler::{self, SchedulerHandle, SchedulerOptions};
+use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
+use slurm_bridge::workload::admin_comment::AdminComment;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+pub const SCHEDULER: &str = "slurm-bridge-scheduler";
+pub const NS: &str = "default";
+
+pub struct Env {
+    pub slurm: Arc<slurm_testenv::Instance>,
+    pub sim: kube_sim::KubeSim,
+    pub kube: Client,
+    pub rest: slurm_rest::Client,
+    stop: Option<watch::Sender<bool>>,
+    pub handle: Option<SchedulerHandle>,
+}
+
+pub fn config(slurm: &slurm_testenv::Instance) -> Config {
+    Config {
+        scheduler_name: SCHEDULER.into(),
+        slurm_rest_api: slurm.rest_url().into(),
+        partition: "slurm-bridge".into(),
+        mcs_label: String::new(),
+        ..Default::default()
+    }
+}
+
+pub fn rest_client(slurm: &slurm_testenv::Instance) -> slurm_rest::Client {
+    slurm_rest::Client::builder(slurm.rest_url())
+        .token(slurm_rest::TokenProvider::file(slurm.token_file()))
+        .build()
+        .expect("slurm client")
+}
+
+impl Env {
+    /// Real Slurm with `nodes` external nodes and kube-sim with the same node names.
+    pub async fn start(nodes: u32) -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        let slurm = tokio::task::spawn_blocking(move || {
+            slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
+                nodes,
+                ..Default::default()
+            })
+        })
+        .await
+        .unwrap()
+        .expect("start Slurm");
+        let sim = kube_sim::KubeSim::start(kube_sim::Options {
+            nodes: nodes as usize,
+            simulate: true,
+            ..Default::default()
+        })
+        .await
+        .expect("start kube-sim");
+        let kube = sim.client();
+        let rest = rest_client(&slurm);
+        Env {
+            slurm: Arc::new(slurm),
+            sim,
+            kube,
+            rest,
+            stop: None,
+            handle: None,
+        }
+    }
+
+    /// Starts the scheduler (job poll 200 ms) with the real Slurm client.
+    pub async fn start_scheduler(&mut self) {
+        let slurm = rest_client(&self.slurm);
+        self.start_scheduler_with(slurm).await;
+    }
+
+    pub async fn start_scheduler_with<S: Slurm>(&mut self, slurm: S) {
+        let mut opts = SchedulerOptions::new(config(&self.slurm));
+        opts.job_poll_interval = Duration::from_millis(200);
+        opts.node_poll_interval = Duration::from_secs(2);
+        opts.sweep_interval = Duration::from_secs(2);
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let (ready_tx, _ready_rx) = watch::channel(false);
+        let mut registry = Registry::default();
+        let handle = scheduler::run(
+            self.kube.clone(),
+            slurm,
+            opts,
+            &mut registry,
+            watch::channel(true).1,
+            ready_tx,
+            async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            },
+        )
+        .await;
+        let mut ready = handle.ready.clone();
+        tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
+            .await
+            .expect("scheduler ready within 60 s")
+            .unwrap();
+        self.stop = Some(stop_tx);
+        self.handle = Some(handle);
+    }
+
+    /// Stops the scheduler as a crash would: no cleanup of Kubernetes or Slurm state.
+    pub async fn stop_scheduler(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+            // Let the supervisor abort the tasks.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.kube.clone(), NS)
+    }
+
+    pub async fn create(&self, manifest: Value) -> DynamicObject {
+        let (group, version) = match manifest["apiVersion"].as_str().unwrap().rsplit_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                manifest["apiVersion"].as_str().unwrap().to_string(),
+            ),
+        };
+        let kind = manifest["kind"].as_str().unwrap().to_string();
+        let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+        let (ar, _) = kube::discovery::pinned_kind(&self.kube, &gvk)
+            .await
+            .expect("kind served");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube.clone(), NS, &ar);
+        let obj: DynamicObject = serde_json::from_value(manifest).unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create")
+    }
+
+    pub async fn create_pod(&self, pod: Value) -> Pod {
+        let p: Pod = serde_json::from_value(pod).unwrap();
+        self.pods()
+            .create(&PostParams::default(), &p)
+            .await
+            .expect("create pod")
+    }
+
+    /// Waits until all `names` are bound; panics with their state after `timeout`.
+    pub async fn wait_bound(&self, names: &[String], timeout: Duration) -> Vec<Pod> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut pods = Vec::new();
+            for n in names {
+                if let Some(p) = self.pods().get_opt(n).await.unwrap() {
+                    pods.push(p);
+                }
+            }
+            if pods.len() == names.len() && pods.iter().all(node_name_is_set) {
+                return pods;
+            }
+            if Instant::now() > deadline {
+                let states: Vec<String> = pods.iter().map(describe).collect();
+                panic!("pods not bound within {timeout:?}:\n{}", states.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for a pod's PodScheduled=False condition with `reason`; returns its message.
+    pub async fn wait_condition(&self, name: &str, reason: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pod = self.pods().get(name).await.unwrap();
+            if let Some(c) = scheduled_condition(&pod)
+                && c.0 == "False"
+                && c.1 == reason
+            {
+                return c.2;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "pod {name} has no PodScheduled={reason} within {timeout:?}: {}",
+                    describe(&pod)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Event reasons recorded for a pod.
+    pub async fn event_reasons(&self, pod: &str) -> Vec<(String, String)> {
+        let gvk = kube::api::GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
+        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "events");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube.clone(), NS, &ar);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.data["regarding"]["name"] == pod)
+            .map(|e| {
+                (
+                    e.data["reason"].as_str().unwrap_or_default().to_string(),
+                    e.data["note"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Ids of every job Slurm lists (any state).
+    pub fn slurm_job_ids(&self) -> Vec<u32> {
+        let out = self
+            .slurm
+            .run(&["squeue", "--noheader", "--states=all", "-o", "%i"])
+            .unwrap();
+        out.lines().filter_map(|l| l.trim().parse().ok()).collect()
+    }
+
+    /// Ids of pending or running jobs.
+    pub fn active_job_ids(&self) -> Vec<u32> {
+        let out = self
+            .slurm
+            .run(&[
+                "squeue",
+                "--noheader",
+                "--states=PENDING,RUNNING",
+                "-o",
+                "%i",
+            ])
+            .unwrap();
+        out.lines().filter_map(|l| l.trim().parse().ok()).collect()
+    }
+
+    pub fn scontrol_job(&self, id: u32) -> String {
+        self.slurm
+            .run(&["scontrol", "show", "job", &id.to_string()])
+            .unwrap()
+    }
+
+    /// The invariants every test checks: each bound pod runs on the Kubernetes node behind one
+    /// of its Slurm job's allocated nodes, and each bridge job's admin_comment lists exactly the
+    /// pods labelled with its id.
+    pub async fn assert_consistent(&self) {
+        let pods = self
+            .pods()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let mut by_job: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+        for p in &pods {
+            if let Some(id) = p.labels().get(LABEL_SLURM_JOBID) {
+                let id: u32 = id.parse().expect("numeric job id label");
+                by_job
+                    .entry(id)
+                    .or_default()
+                    .insert(format!("{NS}/{}", p.name_any()));
+                if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    let job = self.rest.job(id).await.expect("job of a bound pod exists");
+                    let allocated =
+                        slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
+                    assert!(
+                        allocated.iter().any(|n| n == node),
+                        "pod {} runs on {node}, not on its job {id}'s nodes {allocated:?}",
+                        p.name_any()
+                    );
+                }
+            }
+        }
+        for (id, labelled) in by_job {
+            let job = self.rest.job(id).await.expect("labelled job exists");
+            let comment = AdminComment::decode(job.admin_comment.as_deref().unwrap_or("")).unwrap();
+            let listed: BTreeSet<String> = comment.pods.into_iter().collect();
+            assert_eq!(listed, labelled, "job {id}: admin_comment vs labelled pods");
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
+pub fn node_name_is_set(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+pub fn scheduled_condition(p: &Pod) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+pub fn describe(p: &Pod) -> String {
+    format!(
+        "{} node={:?} labels={:?} condition={:?}",
+        p.name_any(),
+        p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        p.labels(),
+        scheduled_condition(p)
+    )
+}
+
+/// A pod for the bridge scheduler that runs until deleted.
+pub fn pod(name: &str, annotations: Value, spec_extra: Value) -> Value {
+    let mut spec = json!({
+        "schedulerName": SCHEDULER,
+        "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
+                         "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+    });
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": spec,
+    })
+}
+
+pub fn job_id_of(p: &Pod) -> u32 {
+    p.labels()
+        .get(LABEL_SLURM_JOBID)
+        .expect("job id label")
+        .parse()
+        .unwrap()
+}

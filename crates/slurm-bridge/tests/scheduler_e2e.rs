@@ -1,0 +1,260 @@
+//! The scheduler end to end: real Slurm (slurm-testenv) and kube-sim, through the real kube-rs
+//! client. Each test checks the invariants of `Env::assert_consistent`.
+
+mod e2e;
+
+use e2e::{Env, job_id_of, pod};
+use serde_json::json;
+use std::time::Duration;
+
+const BIND_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_pod_is_bound_to_its_slurm_allocation() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    env.create_pod(pod(
+        "solo",
+        json!({"slurmjob.slinky.slurm.net/job-name": "solo-job"}),
+        json!({}),
+    ))
+    .await;
+    let pods = env.wait_bound(&["solo".into()], BIND_TIMEOUT).await;
+    let id = job_id_of(&pods[0]);
+    let job = env.scontrol_job(id);
+    assert!(job.contains("JobName=solo-job"), "{job}");
+    assert!(job.contains("JobState=RUNNING"), "{job}");
+    let flags = env.rest.job(id).await.unwrap().flags;
+    assert!(
+        flags.contains(&slurm_rest::models::JobFlag::ExternalJob),
+        "{flags:?}"
+    );
+    let reasons: Vec<String> = env
+        .event_reasons("solo")
+        .await
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(
+        reasons.contains(&"SlurmJobSubmitted".to_string()),
+        "{reasons:?}"
+    );
+    assert!(reasons.contains(&"Scheduled".to_string()), "{reasons:?}");
+    assert_eq!(env.slurm_job_ids(), [id], "exactly one Slurm job");
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_with_parallelism_three_gets_one_external_job_per_pod() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    env.create(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "par", "annotations": {"slurmjob.slinky.slurm.net/timelimit": "5"}},
+        "spec": {"parallelism": 3, "completions": 3, "template": {"spec": {
+            "schedulerName": e2e::SCHEDULER, "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}}}
+    }))
+    .await;
+    let names = wait_pod_names(&env, "batch.kubernetes.io/job-name=par", 3).await;
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let mut ids: Vec<u32> = pods.iter().map(job_id_of).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "one external job per Job pod");
+    for id in ids {
+        assert!(env.scontrol_job(id).contains("TimeLimit=00:05:00"));
+    }
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coscheduling_gang_is_submitted_only_when_complete() {
+    let mut env = Env::start(4).await;
+    env.start_scheduler().await;
+    env.create(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "gang"}, "spec": {"minMember": 4}
+    }))
+    .await;
+    let member = |i: usize| {
+        let mut p = pod(&format!("gang-{i}"), json!({}), json!({}));
+        p["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "gang"});
+        p
+    };
+    for i in 0..3 {
+        env.create_pod(member(i)).await;
+    }
+    let message = env
+        .wait_condition("gang-0", "WaitingForGang", Duration::from_secs(30))
+        .await;
+    assert!(message.contains("3 of 4"), "{message}");
+    assert!(
+        env.slurm_job_ids().is_empty(),
+        "nothing submitted for an incomplete gang"
+    );
+    env.create_pod(member(3)).await;
+    let names: Vec<String> = (0..4).map(|i| format!("gang-{i}")).collect();
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let ids: std::collections::BTreeSet<u32> = pods.iter().map(job_id_of).collect();
+    assert_eq!(ids.len(), 1, "one job for the gang");
+    let nodes: std::collections::BTreeSet<String> = pods
+        .iter()
+        .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
+        .collect();
+    assert_eq!(nodes.len(), 4, "one node per pod");
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selector_restricts_slurm_to_matching_nodes() {
+    let mut env = Env::start(4).await;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams};
+    let nodes: Api<Node> = Api::all(env.kube.clone());
+    for n in ["node-2", "node-4"] {
+        nodes
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {"rack": "blue"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    env.start_scheduler().await;
+    for i in 0..2 {
+        env.create_pod(pod(
+            &format!("blue-{i}"),
+            json!({}),
+            json!({"nodeSelector": {"rack": "blue"}}),
+        ))
+        .await;
+    }
+    let pods = env
+        .wait_bound(&["blue-0".into(), "blue-1".into()], BIND_TIMEOUT)
+        .await;
+    let mut got: Vec<String> = pods
+        .iter()
+        .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["node-2", "node-4"]);
+    let job = env.scontrol_job(job_id_of(&pods[0]));
+    assert!(job.contains("ExcNodeList=node-[1,3]"), "{job}");
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_reach_slurm() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create_pod(pod(
+        "annotated",
+        json!({
+            "slurmjob.slinky.slurm.net/partition": "slurm-bridge",
+            "slurmjob.slinky.slurm.net/timelimit": "7",
+            "slurmjob.slinky.slurm.net/priority": "4242",
+            "slurmjob.slinky.slurm.net/account": "root",
+        }),
+        json!({}),
+    ))
+    .await;
+    let pods = env.wait_bound(&["annotated".into()], BIND_TIMEOUT).await;
+    let job = env.scontrol_job(job_id_of(&pods[0]));
+    for want in [
+        "Partition=slurm-bridge",
+        "TimeLimit=00:07:00",
+        "Priority=4242",
+        "Account=root",
+    ] {
+        assert!(job.contains(want), "missing {want} in {job}");
+    }
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_annotation_is_reported_and_nothing_is_submitted() {
+    let mut env = Env::start(1).await;
+    env.start_scheduler().await;
+    env.create_pod(pod(
+        "bad",
+        json!({"slurmjob.slinky.slurm.net/timelimit": "soon"}),
+        json!({}),
+    ))
+    .await;
+    let message = env
+        .wait_condition("bad", "InvalidAnnotation", Duration::from_secs(30))
+        .await;
+    assert!(
+        message.contains("slurmjob.slinky.slurm.net/timelimit"),
+        "{message}"
+    );
+    assert!(message.contains("soon"), "{message}");
+    let events = env.event_reasons("bad").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "InvalidAnnotation"),
+        "{events:?}"
+    );
+    assert!(env.slurm_job_ids().is_empty());
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_slurm_makes_pods_wait_until_a_job_ends() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    for i in 0..3 {
+        env.create_pod(pod(&format!("w-{i}"), json!({}), json!({})))
+            .await;
+    }
+    // Two bind, one waits with Slurm's reason.
+    let deadline = std::time::Instant::now() + BIND_TIMEOUT;
+    let (bound, waiting) = loop {
+        let pods = env.pods().list(&Default::default()).await.unwrap().items;
+        let (b, w): (Vec<_>, Vec<_>) = pods.into_iter().partition(e2e::node_name_is_set);
+        if b.len() == 2 && w.len() == 1 {
+            break (b, w);
+        }
+        assert!(std::time::Instant::now() < deadline, "two pods never bound");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let waiting_name = kube::ResourceExt::name_any(&waiting[0]);
+    let message = env
+        .wait_condition(&waiting_name, "SlurmJobPending", Duration::from_secs(30))
+        .await;
+    assert!(
+        message.contains("Resources") || message.contains("Priority"),
+        "{message}"
+    );
+    // A job ends: the waiting pod gets its node.
+    let first = job_id_of(&bound[0]);
+    env.slurm.run(&["scancel", &first.to_string()]).unwrap();
+    let pods = env.wait_bound(&[waiting_name], BIND_TIMEOUT).await;
+    assert_eq!(
+        pods[0].spec.as_ref().unwrap().node_name,
+        bound[0].spec.as_ref().unwrap().node_name,
+        "the freed node"
+    );
+}
+
+async fn wait_pod_names(env: &Env, selector: &str, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pods = env
+            .pods()
+            .list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items;
+        if pods.len() >= n {
+            return pods.iter().map(kube::ResourceExt::name_any).collect();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{selector}: {} pods",
+            pods.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
