@@ -1,31 +1,87 @@
 #!/usr/bin/env bash
-# The main job, for now: bring up a real Slurm (slurmctld + slurmrestd, data_parser v0.0.44) with
-# three external nodes, show it answering on the REST API and the CLI, and stop it again.
-# Pass --keep to leave it running (stop it later with ./target/debug/slurm-testenv down).
+# The main job: a short demo of slurm-bridge on real Slurm.
+#   real Slurm 26.05 (slurm-testenv) with 6 external nodes node-1..node-6
+#   + kube-sim (Kubernetes API server and simulated kubelet) with the same 6 nodes
+#   + the slurm-bridge scheduler,
+# then applies examples/*.yaml with kubectl (a bare pod, a Job of 2, a gang of 3) and prints
+# pod -> Slurm job id -> node as they bind. Pass --keep to leave everything running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 keep=false
 [ "${1:-}" = "--keep" ] && keep=true
 
-cargo build -q -p slurm-testenv --bin slurm-testenv
-st=./target/debug/slurm-testenv
-$st down --name demo 2>/dev/null || true
-eval "$($st up --name demo --nodes 3)"
-$keep || trap '$st down --name demo' EXIT
+echo "==> building (first run: about 10 minutes)"
+cargo build -q -p slurm-testenv -p kube-sim -p slurm-bridge
+bin=./target/debug
+st=$bin/slurm-testenv
+work=$(mktemp -d /tmp/slurm-bridge-demo.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  $st down --name demo >/dev/null 2>&1 || true
+  cp "$work/scheduler.log" /tmp/demo-scheduler.log 2>/dev/null; rm -rf "$work"
+}
 
+$st down --name demo >/dev/null 2>&1 || true
+echo "==> real Slurm with 6 external nodes"
+eval "$($st up --name demo --nodes 6)"
+if $keep; then
+  echo "(--keep: stop later with: kill the printed PIDs; $st down --name demo)"
+else
+  trap cleanup EXIT
+fi
+
+echo "==> kube-sim with nodes node-1..node-6"
+$bin/kube-sim --listen 127.0.0.1:0 --kubeconfig "$work/kubeconfig" --nodes 6 >"$work/kube-sim.out" 2>"$work/kube-sim.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
+export KUBECONFIG="$work/kubeconfig"
+
+# kubectl: the host's, else the one in the Slurm root file system.
+kc() {
+  if command -v kubectl >/dev/null 2>&1; then
+    kubectl "$@"
+  else
+    local root
+    root=$(ls -d /var/cache/slurm-testenv/rootfs-* | head -n 1)
+    mkdir -p "$root/tmp/demo" && cp "$work/kubeconfig" examples/*.yaml "$root/tmp/demo/"
+    chroot "$root" kubectl --kubeconfig /tmp/demo/kubeconfig "${@//examples\//\/tmp\/demo\/}"
+  fi
+}
+
+cat >"$work/config.yaml" <<CFG
+schedulerName: slurm-bridge-scheduler
+slurmRestApi: $SLURM_REST_URL
+partition: slurm-bridge
+mcsLabel: kubernetes
+CFG
+echo "==> slurm-bridge scheduler"
+SLURM_JWT_FILE="$SLURM_JWT_FILE" $bin/slurm-bridge scheduler --config "$work/config.yaml" \
+  --leader-elect=false --health-probe-bind-address 127.0.0.1:18081 2>"$work/scheduler.log" &
+pids+=($!)
+for _ in $(seq 300); do curl -sf http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+curl -sf http://127.0.0.1:18081/readyz >/dev/null || { echo "scheduler not ready:"; tail "$work/scheduler.log"; exit 1; }
+
+echo "==> kubectl apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml"
+kc apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml
+
+columns='POD:.metadata.name,SLURM_JOB:.metadata.labels.scheduler\.slinky\.slurm\.net/slurm-jobid,NODE:.spec.nodeName,PHASE:.status.phase'
+for _ in $(seq 60); do
+  out=$(kc get pods -o custom-columns="$columns" --sort-by=.metadata.name)
+  if ! grep -q '<none>' <<<"$out" && [ "$(wc -l <<<"$out")" -ge 7 ]; then break; fi
+  sleep 1
+done
 echo
-echo "slurmrestd: $SLURM_REST_URL   token file: $SLURM_JWT_FILE   slurm.conf: $SLURM_CONF"
+echo "$out"
 echo
-echo "\$ curl -H 'X-SLURM-USER-TOKEN: ...' $SLURM_REST_URL/slurm/v0.0.44/ping/"
-curl -sS -H "X-SLURM-USER-TOKEN: $SLURM_JWT" "$SLURM_REST_URL/slurm/v0.0.44/ping/" \
-  | python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["pings"][0]; print("ping:", p["hostname"], p["pinged"], "latency", p["latency"], "us; slurm", d["meta"]["slurm"]["release"])'
-echo
-echo "\$ curl ... $SLURM_REST_URL/slurm/v0.0.44/nodes/"
-curl -sS -H "X-SLURM-USER-TOKEN: $SLURM_JWT" "$SLURM_REST_URL/slurm/v0.0.44/nodes/" \
-  | python3 -c 'import json,sys
-for n in json.load(sys.stdin)["nodes"]:
-    print("  ", n["name"], "+".join(n["state"]), n["cpus"], "cpus", n["real_memory"], "MB", ",".join(n["features"]))'
-echo
-echo "\$ slurm-testenv exec --name demo -- sinfo"
-$st exec --name demo -- sinfo
+echo "==> the same from Slurm's side (squeue)"
+$st exec --name demo -- squeue -o '%.6i %.12j %.9T %.6D %N'
+if grep -q '<none>' <<<"$out"; then
+  echo "some pods did not bind; scheduler log:"; tail -n 20 "$work/scheduler.log"; exit 1
+fi
+if $keep; then
+  echo "PIDs: ${pids[*]}; KUBECONFIG=$KUBECONFIG"
+  trap - EXIT
+fi

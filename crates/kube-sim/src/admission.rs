@@ -73,14 +73,24 @@ enum CallError {
 
 impl Admission {
     /// Run admission for `req`; returns the object, mutated by mutating webhooks.
-    pub async fn admit(&self, store: &Store, mut req: AdmissionRequest<'_>) -> Result<Value, ApiError> {
+    pub async fn admit(
+        &self,
+        store: &Store,
+        mut req: AdmissionRequest<'_>,
+    ) -> Result<Value, ApiError> {
         let rt = store.rt(req.tid).clone();
         if rt.group == "admissionregistration.k8s.io" {
             return Ok(req.obj);
         }
         let (Some(mtid), Some(vtid)) = (
-            store.tid("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
-            store.tid("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+            store.tid(
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+            ),
+            store.tid(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+            ),
         ) else {
             return Ok(req.obj);
         };
@@ -114,7 +124,11 @@ impl Admission {
                 if !matches(&hook, &rt, &req, &obj, ns_labels.as_ref()) {
                     continue;
                 }
-                let name = hook.get("name").and_then(|n| n.as_str()).unwrap_or("").to_string();
+                let name = hook
+                    .get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("")
+                    .to_string();
                 let fail = hook.get("failurePolicy").and_then(|f| f.as_str()) != Some("Ignore");
                 match self.call(store, &hook, &rt, &req, &obj).await {
                     Ok(patch) => {
@@ -123,7 +137,10 @@ impl Admission {
                                 Ok(ops) => ops,
                                 Err(e) => {
                                     if fail {
-                                        return Err(internal(&name, &format!("invalid patch: {e}")));
+                                        return Err(internal(
+                                            &name,
+                                            &format!("invalid patch: {e}"),
+                                        ));
                                     }
                                     continue;
                                 }
@@ -131,7 +148,9 @@ impl Admission {
                             let mut next = obj.clone();
                             match json_patch::patch(&mut next, &ops) {
                                 Ok(()) => obj = next,
-                                Err(e) if fail => return Err(internal(&name, &format!("applying patch: {e}"))),
+                                Err(e) if fail => {
+                                    return Err(internal(&name, &format!("applying patch: {e}")));
+                                }
                                 Err(_) => {}
                             }
                         }
@@ -163,11 +182,13 @@ impl Admission {
             let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
             roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
         }
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         let conn = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(cfg)
             .https_only()
@@ -206,24 +227,39 @@ impl Admission {
             request["subResource"] = json!(s);
         }
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
-        let timeout = hook.get("timeoutSeconds").and_then(|t| t.as_u64()).unwrap_or(10).clamp(1, 30);
+        let timeout = hook
+            .get("timeoutSeconds")
+            .and_then(|t| t.as_u64())
+            .unwrap_or(10)
+            .clamp(1, 30);
         let http_req = http::Request::post(url.as_str())
             .header("content-type", "application/json")
             .header("accept", "application/json")
             .body(Full::new(Bytes::from(review.to_string())))
             .map_err(|e| CallError::Failed(e.to_string()))?;
         let fut = async {
-            let resp = client.request(http_req).await.map_err(|e| format!("failed to call webhook: {e:?}"))?;
+            let resp = client
+                .request(http_req)
+                .await
+                .map_err(|e| format!("failed to call webhook: {e:?}"))?;
             let status = resp.status();
-            let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
             if !status.is_success() {
                 return Err(format!("received invalid webhook response: HTTP {status}"));
             }
-            serde_json::from_slice::<Value>(&body).map_err(|e| format!("invalid AdmissionReview response: {e}"))
+            serde_json::from_slice::<Value>(&body)
+                .map_err(|e| format!("invalid AdmissionReview response: {e}"))
         };
         let resp = tokio::time::timeout(Duration::from_secs(timeout), fut)
             .await
-            .map_err(|_| CallError::Failed(format!("failed to call webhook: timeout after {timeout}s")))?
+            .map_err(|_| {
+                CallError::Failed(format!("failed to call webhook: timeout after {timeout}s"))
+            })?
             .map_err(CallError::Failed)?;
         let r = resp.get("response").cloned().unwrap_or(Value::Null);
         if r.get("uid").and_then(|u| u.as_str()) != Some(uid.as_str()) {
@@ -254,7 +290,10 @@ impl Admission {
             };
             return Err(CallError::Denied(ApiError::new(code, reason, message)));
         }
-        match (r.get("patch").and_then(|p| p.as_str()), r.get("patchType").and_then(|p| p.as_str())) {
+        match (
+            r.get("patch").and_then(|p| p.as_str()),
+            r.get("patchType").and_then(|p| p.as_str()),
+        ) {
             (Some(p), Some("JSONPatch")) => base64::engine::general_purpose::STANDARD
                 .decode(p)
                 .map(Some)
@@ -279,7 +318,9 @@ fn resolve_url(store: &Store, cc: &Value) -> Result<String, String> {
     if let Some(u) = cc.get("url").and_then(|u| u.as_str()) {
         return Ok(u.to_string());
     }
-    let svc = cc.get("service").ok_or("webhook clientConfig has neither url nor service")?;
+    let svc = cc
+        .get("service")
+        .ok_or("webhook clientConfig has neither url nor service")?;
     let ns = svc.get("namespace").and_then(|v| v.as_str()).unwrap_or("");
     let name = svc.get("name").and_then(|v| v.as_str()).unwrap_or("");
     let port = svc.get("port").and_then(|v| v.as_u64()).unwrap_or(443);
@@ -292,16 +333,29 @@ fn resolve_url(store: &Store, cc: &Value) -> Result<String, String> {
         .ok_or_else(|| format!("service \"{ns}/{name}\" not found"))?;
     let spec = s.value.get("spec").cloned().unwrap_or(json!({}));
     let host = match spec.get("type").and_then(|t| t.as_str()) {
-        Some("ExternalName") => spec.get("externalName").and_then(|e| e.as_str()).unwrap_or("").to_string(),
-        _ => spec.get("clusterIP").and_then(|e| e.as_str()).unwrap_or("").to_string(),
+        Some("ExternalName") => spec
+            .get("externalName")
+            .and_then(|e| e.as_str())
+            .unwrap_or("")
+            .to_string(),
+        _ => spec
+            .get("clusterIP")
+            .and_then(|e| e.as_str())
+            .unwrap_or("")
+            .to_string(),
     };
     if host.is_empty() || host == "None" {
-        return Err(format!("service \"{ns}/{name}\" has no address kube-sim can reach"));
+        return Err(format!(
+            "service \"{ns}/{name}\" has no address kube-sim can reach"
+        ));
     }
     let target = spec
         .get("ports")
         .and_then(|p| p.as_array())
-        .and_then(|ps| ps.iter().find(|p| p.get("port").and_then(|x| x.as_u64()) == Some(port)))
+        .and_then(|ps| {
+            ps.iter()
+                .find(|p| p.get("port").and_then(|x| x.as_u64()) == Some(port))
+        })
         .and_then(|p| p.get("targetPort"))
         .and_then(|t| t.as_u64())
         .unwrap_or(port);
@@ -309,14 +363,19 @@ fn resolve_url(store: &Store, cc: &Value) -> Result<String, String> {
 }
 
 fn rule_matches(list: Option<&Value>, want: &str) -> bool {
-    list.and_then(|l| l.as_array())
-        .is_some_and(|a| a.iter().any(|x| x.as_str() == Some("*") || x.as_str() == Some(want)))
+    list.and_then(|l| l.as_array()).is_some_and(|a| {
+        a.iter()
+            .any(|x| x.as_str() == Some("*") || x.as_str() == Some(want))
+    })
 }
 
 fn resource_matches(list: Option<&Value>, plural: &str, sub: Option<&str>) -> bool {
     list.and_then(|l| l.as_array()).is_some_and(|a| {
         a.iter().filter_map(|x| x.as_str()).any(|r| {
-            let (rr, rs) = r.split_once('/').map(|(a, b)| (a, Some(b))).unwrap_or((r, None));
+            let (rr, rs) = r
+                .split_once('/')
+                .map(|(a, b)| (a, Some(b)))
+                .unwrap_or((r, None));
             (rr == "*" || rr == plural)
                 && match (rs, sub) {
                     (None, None) => true,
@@ -335,7 +394,11 @@ fn matches(
     obj: &Value,
     ns_labels: Option<&serde_json::Map<String, Value>>,
 ) -> bool {
-    let rules = hook.get("rules").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+    let rules = hook
+        .get("rules")
+        .and_then(|r| r.as_array())
+        .cloned()
+        .unwrap_or_default();
     let rule_ok = rules.iter().any(|r| {
         let scope = r.get("scope").and_then(|s| s.as_str()).unwrap_or("*");
         rule_matches(r.get("operations"), req.op.as_str())
@@ -361,7 +424,10 @@ fn matches(
     }
     if let Some(sel) = hook.get("objectSelector") {
         match LabelSelector::from_object(sel) {
-            Ok(s) if s.is_empty() || s.matches(obj) || req.old.as_ref().is_some_and(|o| s.matches(o)) => {}
+            Ok(s)
+                if s.is_empty()
+                    || s.matches(obj)
+                    || req.old.as_ref().is_some_and(|o| s.matches(o)) => {}
             _ => return false,
         }
     }
@@ -379,7 +445,15 @@ mod tests {
         assert!(!resource_matches(Some(&r), "pods", Some("binding")));
         assert!(resource_matches(Some(&r), "jobs", Some("status")));
         assert!(resource_matches(Some(&json!(["*"])), "jobs", None));
-        assert!(!resource_matches(Some(&json!(["*"])), "jobs", Some("status")));
-        assert!(resource_matches(Some(&json!(["*/*"])), "jobs", Some("status")));
+        assert!(!resource_matches(
+            Some(&json!(["*"])),
+            "jobs",
+            Some("status")
+        ));
+        assert!(resource_matches(
+            Some(&json!(["*/*"])),
+            "jobs",
+            Some("status")
+        ));
     }
 }

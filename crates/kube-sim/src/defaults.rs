@@ -25,7 +25,11 @@ pub fn on_create(rt: &ResourceType, obj: &mut Value) {
     } else if rt.is("batch", "jobs") {
         default_job(obj);
     } else if rt.is("apiextensions.k8s.io", "customresourcedefinitions") {
-        let names = obj.get("spec").and_then(|s| s.get("names")).cloned().unwrap_or(json!({}));
+        let names = obj
+            .get("spec")
+            .and_then(|s| s.get("names"))
+            .cloned()
+            .unwrap_or(json!({}));
         let versions: Vec<Value> = obj
             .get("spec")
             .and_then(|s| s.get("versions"))
@@ -56,13 +60,16 @@ fn default_pod(obj: &mut Value) {
         obj["spec"] = json!({});
     }
     let spec = obj["spec"].as_object_mut().expect("object");
-    spec.entry("schedulerName").or_insert(json!("default-scheduler"));
+    spec.entry("schedulerName")
+        .or_insert(json!("default-scheduler"));
     spec.entry("restartPolicy").or_insert(json!("Always"));
-    spec.entry("terminationGracePeriodSeconds").or_insert(json!(30));
+    spec.entry("terminationGracePeriodSeconds")
+        .or_insert(json!(30));
     spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
     spec.entry("securityContext").or_insert(json!({}));
     spec.entry("enableServiceLinks").or_insert(json!(true));
-    spec.entry("preemptionPolicy").or_insert(json!("PreemptLowerPriority"));
+    spec.entry("preemptionPolicy")
+        .or_insert(json!("PreemptLowerPriority"));
     spec.entry("priority").or_insert(json!(0));
     for list in ["containers", "initContainers"] {
         if let Some(cs) = spec.get_mut(list).and_then(|c| c.as_array_mut()) {
@@ -76,15 +83,21 @@ fn default_pod(obj: &mut Value) {
 }
 
 fn default_container(c: &mut Map<String, Value>) {
-    let image = c.get("image").and_then(|i| i.as_str()).unwrap_or("").to_string();
+    let image = c
+        .get("image")
+        .and_then(|i| i.as_str())
+        .unwrap_or("")
+        .to_string();
     let tag = image.rsplit('/').next().unwrap_or("");
     let latest = !tag.contains(':') || tag.ends_with(":latest");
-    c.entry("imagePullPolicy").or_insert(json!(if latest && !image.contains('@') {
-        "Always"
-    } else {
-        "IfNotPresent"
-    }));
-    c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
+    c.entry("imagePullPolicy")
+        .or_insert(json!(if latest && !image.contains('@') {
+            "Always"
+        } else {
+            "IfNotPresent"
+        }));
+    c.entry("terminationMessagePath")
+        .or_insert(json!("/dev/termination-log"));
     c.entry("terminationMessagePolicy").or_insert(json!("File"));
     c.entry("resources").or_insert(json!({}));
 }
@@ -95,9 +108,15 @@ fn qos_class(spec: &Map<String, Value>) -> &'static str {
         .filter_map(|k| spec.get(*k).and_then(|c| c.as_array()))
         .flatten()
         .collect();
-    let res = |c: &Value, k: &str| c.get("resources").and_then(|r| r.get(k)).and_then(|r| r.as_object()).cloned();
+    let res = |c: &Value, k: &str| {
+        c.get("resources")
+            .and_then(|r| r.get(k))
+            .and_then(|r| r.as_object())
+            .cloned()
+    };
     if cs.iter().all(|c| {
-        res(c, "requests").is_none_or(|r| r.is_empty()) && res(c, "limits").is_none_or(|r| r.is_empty())
+        res(c, "requests").is_none_or(|r| r.is_empty())
+            && res(c, "limits").is_none_or(|r| r.is_empty())
     }) {
         return "BestEffort";
     }
@@ -107,7 +126,11 @@ fn qos_class(spec: &Map<String, Value>) -> &'static str {
         ["cpu", "memory"].iter().all(|k| limits.contains_key(*k))
             && requests.iter().all(|(k, v)| limits.get(k) == Some(v))
     });
-    if guaranteed { "Guaranteed" } else { "Burstable" }
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 fn default_job(obj: &mut Value) {
@@ -123,8 +146,12 @@ fn default_job(obj: &mut Value) {
     spec.entry("backoffLimit").or_insert(json!(6));
     spec.entry("completionMode").or_insert(json!("NonIndexed"));
     spec.entry("suspend").or_insert(json!(false));
-    spec.entry("podReplacementPolicy").or_insert(json!("TerminatingOrFailed"));
-    let manual = spec.get("manualSelector").and_then(|m| m.as_bool()).unwrap_or(false);
+    spec.entry("podReplacementPolicy")
+        .or_insert(json!("TerminatingOrFailed"));
+    let manual = spec
+        .get("manualSelector")
+        .and_then(|m| m.as_bool())
+        .unwrap_or(false);
     if !manual && !uid.is_empty() {
         spec.insert(
             "selector".into(),
@@ -163,7 +190,9 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Causes {
     if let Some(labels) = meta::labels(obj) {
         for (k, v) in labels {
             let ok = v.as_str().is_some_and(|s| {
-                s.len() <= 63 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                s.len() <= 63
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
             });
             if !ok {
                 c.push((format!("metadata.labels[{k}]"), format!("{v}: a valid label value must be 63 characters or less and consist of alphanumerics, '-', '_' or '.'")));
@@ -171,15 +200,27 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Causes {
         }
     }
     if rt.is("", "pods") {
-        match obj.get("spec").and_then(|s| s.get("containers")).and_then(|c| c.as_array()) {
+        match obj
+            .get("spec")
+            .and_then(|s| s.get("containers"))
+            .and_then(|c| c.as_array())
+        {
             Some(cs) if !cs.is_empty() => {
                 for (i, ct) in cs.iter().enumerate() {
                     let n = ct.get("name").and_then(|n| n.as_str()).unwrap_or("");
                     if let Some(m) = meta::check_dns_label(n) {
                         c.push((format!("spec.containers[{i}].name"), format!("{n:?}: {m}")));
                     }
-                    if ct.get("image").and_then(|n| n.as_str()).unwrap_or("").is_empty() {
-                        c.push((format!("spec.containers[{i}].image"), "\"\": Required value".into()));
+                    if ct
+                        .get("image")
+                        .and_then(|n| n.as_str())
+                        .unwrap_or("")
+                        .is_empty()
+                    {
+                        c.push((
+                            format!("spec.containers[{i}].image"),
+                            "\"\": Required value".into(),
+                        ));
                     }
                 }
             }
@@ -197,7 +238,12 @@ pub fn pod_spec_update_error(old: &Value, new: &Value) -> Option<String> {
     let mask = |spec: Option<&Value>, gated: bool| -> Value {
         let mut s = spec.cloned().unwrap_or(json!({}));
         if let Some(o) = s.as_object_mut() {
-            for k in ["activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds"] {
+            for k in [
+                "activeDeadlineSeconds",
+                "tolerations",
+                "schedulingGates",
+                "terminationGracePeriodSeconds",
+            ] {
                 o.remove(k);
             }
             if gated {

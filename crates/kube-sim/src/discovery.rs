@@ -7,7 +7,16 @@ use serde_json::{Value, json};
 
 use crate::registry::Registry;
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// `/version`.
 pub fn version() -> Value {
@@ -68,7 +77,11 @@ pub fn group(reg: &Registry, name: &str) -> Option<Value> {
 /// `/api/v1` or `/apis/{group}/{version}`, if served.
 pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut res = Vec::new();
-    for t in reg.types().iter().filter(|t| t.group == group && t.version == version) {
+    for t in reg
+        .types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
         let mut r = json!({
             "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
             "verbs": VERBS, "storageVersionHash": "",
@@ -82,7 +95,11 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
                 "status" => (&t.kind, vec!["get", "patch", "update"], None),
                 "binding" => ("Binding", vec!["create"], None),
                 "eviction" => ("Eviction", vec!["create"], Some(("policy", "v1"))),
-                "scale" => ("Scale", vec!["get", "patch", "update"], Some(("autoscaling", "v1"))),
+                "scale" => (
+                    "Scale",
+                    vec!["get", "patch", "update"],
+                    Some(("autoscaling", "v1")),
+                ),
                 _ => (&t.kind, vec!["get"], None),
             };
             let mut r = json!({
@@ -99,8 +116,14 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
     if res.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": res}),
+    )
 }
 
 /// `/openapi/v3`: one entry per served group-version.
@@ -123,8 +146,16 @@ pub fn openapi_v3_root(reg: &Registry) -> Value {
 /// what kubectl reads to choose server-side field validation. Schemas are not served.
 pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut paths = serde_json::Map::new();
-    for t in reg.types().iter().filter(|t| t.group == group && t.version == version) {
-        let prefix = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+    for t in reg
+        .types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
         let item = if t.namespaced {
             format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
         } else {

@@ -34,14 +34,23 @@ fn details(rt: &ResourceType, name: &str) -> Value {
 impl ApiError {
     /// A plain error.
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// 404 for an object.
     pub fn not_found(rt: &ResourceType, name: &str) -> Self {
         ApiError {
             details: Some(details(rt, name)),
-            ..Self::new(404, "NotFound", format!("{} \"{}\" not found", qualified(rt), name))
+            ..Self::new(
+                404,
+                "NotFound",
+                format!("{} \"{}\" not found", qualified(rt), name),
+            )
         }
     }
 
@@ -49,7 +58,11 @@ impl ApiError {
     pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
         ApiError {
             details: Some(details(rt, name)),
-            ..Self::new(409, "AlreadyExists", format!("{} \"{}\" already exists", qualified(rt), name))
+            ..Self::new(
+                409,
+                "AlreadyExists",
+                format!("{} \"{}\" already exists", qualified(rt), name),
+            )
         }
     }
 
@@ -60,7 +73,12 @@ impl ApiError {
             ..Self::new(
                 409,
                 "Conflict",
-                format!("Operation cannot be fulfilled on {} \"{}\": {}", qualified(rt), name, why),
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": {}",
+                    qualified(rt),
+                    name,
+                    why
+                ),
             )
         }
     }
@@ -76,7 +94,10 @@ impl ApiError {
 
     /// 422 Invalid with one cause per (field, message).
     pub fn invalid(rt: &ResourceType, name: &str, causes: &[(String, String)]) -> Self {
-        let msgs: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: Invalid value: {m}")).collect();
+        let msgs: Vec<String> = causes
+            .iter()
+            .map(|(f, m)| format!("{f}: Invalid value: {m}"))
+            .collect();
         let mut d = details(rt, name);
         d["kind"] = json!(rt.kind);
         d["causes"] = causes
@@ -85,7 +106,11 @@ impl ApiError {
             .collect();
         ApiError {
             details: Some(d),
-            ..Self::new(422, "Invalid", format!("{} \"{}\" is invalid: {}", rt.kind, name, msgs.join(", ")))
+            ..Self::new(
+                422,
+                "Invalid",
+                format!("{} \"{}\" is invalid: {}", rt.kind, name, msgs.join(", ")),
+            )
         }
     }
 
@@ -101,12 +126,22 @@ impl ApiError {
 
     /// 415 for a patch or content type the server does not support.
     pub fn unsupported_media(ct: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct:?})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {ct:?})"
+            ),
+        )
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
-        Self::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     /// The `Status` object.

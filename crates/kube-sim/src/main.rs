@@ -37,6 +37,12 @@ struct Args {
     /// Events kept for watch resumption.
     #[arg(long, default_value_t = 100_000)]
     history: usize,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 5.0)]
     bookmark_interval: f64,
@@ -61,11 +67,18 @@ async fn main() -> anyhow::Result<()> {
         listen: Some(args.listen),
         history_limit: args.history,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_interval.max(0.01)),
+        tls: args
+            .tls_cert
+            .zip(args.tls_key)
+            .map(|(cert, key)| kube_sim::TlsFiles { cert, key }),
         ..Default::default()
     };
-    let sim = kube_sim::KubeSim::start(opts).await.context("starting kube-sim")?;
+    let sim = kube_sim::KubeSim::start(opts)
+        .await
+        .context("starting kube-sim")?;
     if let Some(p) = &args.kubeconfig {
-        sim.write_kubeconfig(p).with_context(|| format!("writing kubeconfig {}", p.display()))?;
+        sim.write_kubeconfig(p)
+            .with_context(|| format!("writing kubeconfig {}", p.display()))?;
     }
     let mut out = std::io::stdout();
     writeln!(out, "{}", sim.url())?;

@@ -14,7 +14,10 @@ pub fn now_rfc3339() -> String {
 
 /// Format a time as RFC 3339 UTC with second precision.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
@@ -29,7 +32,10 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// RFC 3339 UTC timestamp with microseconds, as Kubernetes writes `metav1.MicroTime`.
 pub fn now_micro() -> String {
     let t = SystemTime::now();
-    let micros = t.duration_since(UNIX_EPOCH).map(|d| d.subsec_micros()).unwrap_or(0);
+    let micros = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
     let s = rfc3339(t);
     format!("{}.{micros:06}Z", &s[..s.len() - 1])
 }
@@ -97,14 +103,14 @@ pub fn check_dns_subdomain(name: &str) -> Option<String> {
     if name.len() > 253 {
         return Some("must be no more than 253 characters".into());
     }
-    let ok = name
-        .split('.')
-        .all(|part| {
-            !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
+    let ok = name.split('.').all(|part| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    });
     if ok {
         None
     } else {
@@ -138,7 +144,9 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
         *obj = Value::Object(Map::new());
     }
     let m = obj.as_object_mut().expect("object");
-    let meta = m.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = m
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
@@ -155,7 +163,9 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
 
 /// The labels of an object (empty map when none).
 pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
-    obj.get("metadata").and_then(|m| m.get("labels")).and_then(|l| l.as_object())
+    obj.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(|l| l.as_object())
 }
 
 /// The finalizers of an object.
@@ -163,7 +173,11 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
         .and_then(|f| f.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

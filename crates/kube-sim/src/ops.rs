@@ -15,11 +15,18 @@ use crate::registry::ResourceType;
 use crate::server::Ctx;
 use crate::store::{DeleteOpts, Obj};
 
-const MANAGED: [&str; 4] = ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"];
+const MANAGED: [&str; 4] = [
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
 
 fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     if !obj.is_object() {
-        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
     }
     let av = rt.api_version();
     match obj.get("apiVersion").and_then(|v| v.as_str()) {
@@ -71,18 +78,38 @@ fn invalid_if(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
 }
 
 /// Create an object in namespace `ns` ("" for cluster scoped types).
-pub async fn create(ctx: &Ctx, tid: usize, ns: &str, mut obj: Value, dry_run: bool) -> Result<Obj, ApiError> {
+pub async fn create(
+    ctx: &Ctx,
+    tid: usize,
+    ns: &str,
+    mut obj: Value,
+    dry_run: bool,
+) -> Result<Obj, ApiError> {
     let rt = ctx.store.rt(tid).clone();
     check_type(&rt, &mut obj)?;
     check_ns(&rt, &mut obj, ns)?;
     let m = meta::meta_mut(&mut obj);
-    for k in MANAGED.iter().chain(&["resourceVersion", "generation", "selfLink", "managedFields"]) {
+    for k in MANAGED
+        .iter()
+        .chain(&["resourceVersion", "generation", "selfLink"])
+    {
         m.remove(*k);
     }
-    let generate = m.get("generateName").and_then(|g| g.as_str()).unwrap_or("").to_string();
-    let given = m.get("name").and_then(|g| g.as_str()).unwrap_or("").to_string();
+    let generate = m
+        .get("generateName")
+        .and_then(|g| g.as_str())
+        .unwrap_or("")
+        .to_string();
+    let given = m
+        .get("name")
+        .and_then(|g| g.as_str())
+        .unwrap_or("")
+        .to_string();
     if given.is_empty() && !generate.is_empty() {
-        m.insert("name".into(), json!(format!("{generate}{}", meta::random_suffix())));
+        m.insert(
+            "name".into(),
+            json!(format!("{generate}{}", meta::random_suffix())),
+        );
     }
     m.insert("uid".into(), json!(meta::new_uid()));
     m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
@@ -92,16 +119,19 @@ pub async fn create(ctx: &Ctx, tid: usize, ns: &str, mut obj: Value, dry_run: bo
     let name = meta::meta_str(&obj, "name").to_string();
     let obj = ctx
         .admission
-        .admit(&ctx.store, AdmissionRequest {
-            op: Operation::Create,
-            tid,
-            sub: None,
-            ns,
-            name: &name,
-            obj,
-            old: None,
-            dry_run,
-        })
+        .admit(
+            &ctx.store,
+            AdmissionRequest {
+                op: Operation::Create,
+                tid,
+                sub: None,
+                ns,
+                name: &name,
+                obj,
+                old: None,
+                dry_run,
+            },
+        )
         .await?;
     invalid_if(&rt, &obj)?;
     ctx.store.write(|t| {
@@ -153,16 +183,39 @@ fn dry(v: Value, rv: u64) -> Obj {
     let mut v = v;
     meta::meta_mut(&mut v).insert("resourceVersion".into(), json!(rv.to_string()));
     let bytes = serde_json::to_vec(&v).unwrap_or_default().into();
-    Obj { value: Arc::new(v), bytes, rv }
+    Obj {
+        value: Arc::new(v),
+        bytes,
+        rv,
+    }
 }
 
 /// Build the object an update of `cur` with `new` stores: status kept (main resource) or only
 /// status taken (`status` subresource), server-managed metadata kept, generation bumped on a
 /// spec change.
-fn merge_update(rt: &ResourceType, cur: &Value, mut new: Value, status_only: bool) -> Result<Value, ApiError> {
+fn merge_update(
+    rt: &ResourceType,
+    cur: &Value,
+    mut new: Value,
+    status_only: bool,
+    applied: bool,
+) -> Result<Value, ApiError> {
     let name = meta::meta_str(cur, "name").to_string();
+    if !applied {
+        match cur.get("metadata").and_then(|m| m.get("managedFields")) {
+            Some(mf) => {
+                meta::meta_mut(&mut new).insert("managedFields".into(), mf.clone());
+            }
+            None => {
+                meta::meta_mut(&mut new).remove("managedFields");
+            }
+        }
+    }
     if status_only {
         let mut out = cur.clone();
+        if let Some(mf) = new.get("metadata").and_then(|m| m.get("managedFields")) {
+            meta::meta_mut(&mut out).insert("managedFields".into(), mf.clone());
+        }
         match new.as_object_mut().and_then(|o| o.remove("status")) {
             Some(s) => out["status"] = s,
             None => {
@@ -187,7 +240,6 @@ fn merge_update(rt: &ResourceType, cur: &Value, mut new: Value, status_only: boo
             None => m.remove(*k),
         };
     }
-    m.remove("managedFields");
     m.remove("selfLink");
     if cur_meta.get("deletionTimestamp").is_some() {
         let old_f = meta::finalizers(cur);
@@ -195,20 +247,19 @@ fn merge_update(rt: &ResourceType, cur: &Value, mut new: Value, status_only: boo
             return Err(ApiError::invalid(
                 rt,
                 &name,
-                &[("metadata.finalizers".into(), "Forbidden: no new finalizers can be added if the object is being deleted".into())],
+                &[(
+                    "metadata.finalizers".into(),
+                    "Forbidden: no new finalizers can be added if the object is being deleted"
+                        .into(),
+                )],
             ));
         }
     }
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("metadata");
-            o.remove("status");
-        }
-        v
-    };
-    if strip(cur) != strip(&new) {
-        let g = cur_meta.get("generation").and_then(|g| g.as_i64()).unwrap_or(0);
+    if spec_changed(cur, &new) {
+        let g = cur_meta
+            .get("generation")
+            .and_then(|g| g.as_i64())
+            .unwrap_or(0);
         meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
     }
     if rt.is("", "pods")
@@ -219,12 +270,63 @@ fn merge_update(rt: &ResourceType, cur: &Value, mut new: Value, status_only: boo
     Ok(new)
 }
 
+/// Whether anything outside `metadata` and `status` differs (what bumps `generation`).
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a != b;
+    };
+    let skip = |k: &String| k == "metadata" || k == "status";
+    a.iter()
+        .filter(|(k, _)| !skip(k))
+        .any(|(k, v)| b.get(k) != Some(v))
+        || b.keys().filter(|k| !skip(k)).any(|k| !a.contains_key(k))
+}
+
 /// How the new object of an update or patch is made from the current one.
 pub enum Change<'a> {
     /// PUT with a full object.
     Replace(Value),
     /// PATCH with a body.
     Patch(PatchKind, &'a [u8]),
+    /// Server-side apply of a configuration.
+    Apply {
+        /// The applied configuration.
+        config: Value,
+        /// `force=true`.
+        force: bool,
+    },
+}
+
+fn conflict_error(
+    rt: &ResourceType,
+    name: &str,
+    conflicts: &[(String, crate::ssa::FieldPath)],
+) -> ApiError {
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|(m, p)| {
+            format!(
+                "conflict with \"{m}\" using {}: {}",
+                rt.api_version(),
+                crate::ssa::dotted(p)
+            )
+        })
+        .collect();
+    let mut e = ApiError::new(
+        409,
+        "Conflict",
+        format!(
+            "Apply failed with {} conflict{}: {}",
+            conflicts.len(),
+            if conflicts.len() == 1 { "" } else { "s" },
+            lines.join("\n")
+        ),
+    );
+    e.details = Some(json!({
+        "name": name, "group": rt.group, "kind": rt.plural,
+        "causes": conflicts.iter().map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\" using {}", rt.api_version()), "field": crate::ssa::dotted(p)})).collect::<Vec<_>>(),
+    }));
+    e
 }
 
 /// Update (PUT) or patch an object or its `status`.
@@ -236,14 +338,20 @@ pub async fn update(
     name: &str,
     change: Change<'_>,
     sub: Option<&str>,
+    manager: &str,
     dry_run: bool,
 ) -> Result<Obj, ApiError> {
     let rt = ctx.store.rt(tid).clone();
     let status_only = sub == Some("status");
+    let applied = matches!(change, Change::Apply { .. });
     if let Some(s) = sub
         && (s != "status" || !rt.has_status())
     {
-        return Err(ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({s})")));
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({s})"),
+        ));
     }
     let mut precondition: Option<String> = None;
     let mut body = match &change {
@@ -264,16 +372,46 @@ pub async fn update(
             Some(v)
         }
         Change::Patch(..) => None,
+        Change::Apply { config, .. } => {
+            let mut v = config.clone();
+            check_type(&rt, &mut v)?;
+            check_ns(&rt, &mut v, ns)?;
+            let n = meta::meta_str(&v, "name");
+            if n != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            Some(v)
+        }
     };
     for _attempt in 0..64 {
-        let cur = ctx
-            .store
-            .read()
-            .get(tid, ns, name)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let found = ctx.store.read().get(tid, ns, name).cloned();
+        let cur = match (found, &change, &body) {
+            (Some(c), _, _) => c,
+            (None, Change::Apply { .. }, Some(config)) if !status_only => {
+                let obj = crate::ssa::apply(None, config, manager, "", true)
+                    .map_err(|c| conflict_error(&rt, name, &c))?;
+                match create(ctx, tid, ns, obj, dry_run).await {
+                    Err(e) if e.reason == "AlreadyExists" => continue,
+                    r => return r,
+                }
+            }
+            _ => return Err(ApiError::not_found(&rt, name)),
+        };
         let new = match &change {
             Change::Replace(_) => body.take().unwrap_or_default(),
+            Change::Apply { force, .. } => {
+                let config = body.as_ref().cloned().unwrap_or_default();
+                crate::ssa::apply(
+                    Some(&cur.value),
+                    &config,
+                    manager,
+                    sub.unwrap_or(""),
+                    *force,
+                )
+                .map_err(|c| conflict_error(&rt, name, &c))?
+            }
             Change::Patch(kind, bytes) => {
                 let mut doc = (*cur.value).clone();
                 patch::apply(*kind, &mut doc, bytes).map_err(|m| match kind {
@@ -286,7 +424,9 @@ pub async fn update(
                     return Err(ApiError::stale(&rt, name));
                 }
                 if meta::meta_str(&doc, "name") != name {
-                    return Err(ApiError::bad_request("metadata.name cannot be changed by a patch"));
+                    return Err(ApiError::bad_request(
+                        "metadata.name cannot be changed by a patch",
+                    ));
                 }
                 doc
             }
@@ -297,24 +437,32 @@ pub async fn update(
         {
             return Err(ApiError::stale(&rt, name));
         }
-        let mut new = merge_update(&rt, &cur.value, new, status_only)?;
+        let mut new = merge_update(&rt, &cur.value, new, status_only, applied)?;
+        if !applied {
+            crate::ssa::track_update(&cur.value, &mut new, manager, sub.unwrap_or(""));
+        }
         invalid_if(&rt, &new)?;
         new = ctx
             .admission
-            .admit(&ctx.store, AdmissionRequest {
-                op: Operation::Update,
-                tid,
-                sub,
-                ns,
-                name,
-                obj: new,
-                old: Some((*cur.value).clone()),
-                dry_run,
-            })
+            .admit(
+                &ctx.store,
+                AdmissionRequest {
+                    op: Operation::Update,
+                    tid,
+                    sub,
+                    ns,
+                    name,
+                    obj: new,
+                    old: Some((*cur.value).clone()),
+                    dry_run,
+                },
+            )
             .await?;
         invalid_if(&rt, &new)?;
         let done = ctx.store.write(|t| {
-            let now = t.get(tid, ns, name).ok_or_else(|| ApiError::not_found(&rt, name))?;
+            let now = t
+                .get(tid, ns, name)
+                .ok_or_else(|| ApiError::not_found(&rt, name))?;
             if now.rv != cur.rv {
                 return Ok(None);
             }
@@ -332,11 +480,20 @@ pub async fn update(
 }
 
 /// Delete an object; returns the object (marked, or its last state) and whether it is gone.
-pub fn delete(ctx: &Ctx, tid: usize, ns: &str, name: &str, opts: &DeleteOpts, dry_run: bool) -> Result<(Obj, bool), ApiError> {
+pub fn delete(
+    ctx: &Ctx,
+    tid: usize,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOpts,
+    dry_run: bool,
+) -> Result<(Obj, bool), ApiError> {
     if dry_run {
         let rt = ctx.store.rt(tid).clone();
         let o = ctx.store.read().get(tid, ns, name).cloned();
-        return o.map(|o| (o, false)).ok_or_else(|| ApiError::not_found(&rt, name));
+        return o
+            .map(|o| (o, false))
+            .ok_or_else(|| ApiError::not_found(&rt, name));
     }
     ctx.store.write(|t| t.delete(tid, ns, name, opts))
 }
@@ -345,11 +502,15 @@ pub fn delete(ctx: &Ctx, tid: usize, ns: &str, name: &str, opts: &DeleteOpts, dr
 pub fn delete_opts(body: &[u8], q: &crate::server::Query) -> Result<DeleteOpts, ApiError> {
     let mut o = DeleteOpts::default();
     if !body.iter().all(|b| b.is_ascii_whitespace()) {
-        let v: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
         apply_delete_options(&mut o, &v);
     }
     if let Some(g) = q.get("gracePeriodSeconds") {
-        o.grace = Some(g.parse().map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?);
+        o.grace = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request("invalid gracePeriodSeconds"))?,
+        );
     }
     if let Some(p) = q.get("propagationPolicy") {
         o.propagation = Some(p.to_string());
@@ -360,7 +521,9 @@ pub fn delete_opts(body: &[u8], q: &crate::server::Query) -> Result<DeleteOpts, 
     if let Some(p) = &o.propagation
         && !["Orphan", "Background", "Foreground"].contains(&p.as_str())
     {
-        return Err(ApiError::bad_request(format!("unsupported propagationPolicy {p:?}")));
+        return Err(ApiError::bad_request(format!(
+            "unsupported propagationPolicy {p:?}"
+        )));
     }
     Ok(o)
 }
@@ -377,7 +540,10 @@ fn apply_delete_options(o: &mut DeleteOpts, v: &Value) {
     }
     if let Some(pre) = v.get("preconditions") {
         o.pre_uid = pre.get("uid").and_then(|u| u.as_str()).map(String::from);
-        o.pre_rv = pre.get("resourceVersion").and_then(|u| u.as_str()).map(String::from);
+        o.pre_rv = pre
+            .get("resourceVersion")
+            .and_then(|u| u.as_str())
+            .map(String::from);
     }
 }
 
@@ -396,10 +562,22 @@ pub fn bind(ctx: &Ctx, tid: usize, ns: &str, name: &str, body: &Value) -> Result
         .unwrap_or("")
         .to_string();
     if node.is_empty() {
-        return Err(ApiError::invalid(&rt, name, &[("target.name".into(), "\"\": Required value".into())]));
+        return Err(ApiError::invalid(
+            &rt,
+            name,
+            &[("target.name".into(), "\"\": Required value".into())],
+        ));
     }
-    let annotations = body.get("metadata").and_then(|m| m.get("annotations")).and_then(|a| a.as_object()).cloned();
-    let pre_uid = body.get("metadata").and_then(|m| m.get("uid")).and_then(|u| u.as_str()).map(String::from);
+    let annotations = body
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.as_object())
+        .cloned();
+    let pre_uid = body
+        .get("metadata")
+        .and_then(|m| m.get("uid"))
+        .and_then(|u| u.as_str())
+        .map(String::from);
     ctx.store.write(|t| {
         let cur = t.get(tid, ns, name).ok_or_else(|| ApiError::not_found(&rt, name))?;
         if let Some(u) = &pre_uid
@@ -435,7 +613,11 @@ fn set_condition(v: &mut Value, cond: Value) {
     if !v.get("status").is_some_and(|s| s.is_object()) {
         v["status"] = json!({});
     }
-    let conds = v["status"].as_object_mut().expect("object").entry("conditions").or_insert_with(|| json!([]));
+    let conds = v["status"]
+        .as_object_mut()
+        .expect("object")
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
     if !conds.is_array() {
         *conds = json!([]);
     }

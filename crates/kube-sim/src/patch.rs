@@ -30,7 +30,8 @@ impl PatchKind {
 pub fn apply(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), String> {
     match kind {
         PatchKind::Merge => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON patch body: {e}"))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| format!("invalid JSON patch body: {e}"))?;
             if !p.is_object() {
                 return Err("merge patch must be a JSON object".into());
             }
@@ -40,10 +41,13 @@ pub fn apply(kind: PatchKind, doc: &mut Value, body: &[u8]) -> Result<(), String
         PatchKind::Json => {
             let p: json_patch::Patch =
                 serde_json::from_slice(body).map_err(|e| format!("invalid JSON patch: {e}"))?;
-            json_patch::patch(doc, &p).map_err(|e| format!("the server rejected our request due to an error in our request: {e}"))
+            json_patch::patch(doc, &p).map_err(|e| {
+                format!("the server rejected our request due to an error in our request: {e}")
+            })
         }
         PatchKind::Strategic => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON patch body: {e}"))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| format!("invalid JSON patch body: {e}"))?;
             let Value::Object(p) = p else {
                 return Err("strategic merge patch must be a JSON object".into());
             };
@@ -66,8 +70,15 @@ enum ListStrategy {
 /// consistently; `ports` is keyed by `containerPort` in pods and by `port` in services).
 fn list_strategy(field: &str, sample: &[Value]) -> ListStrategy {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets"
-        | "secrets" | "resourceClaims" | "schedulingGates" => ListStrategy::MergeKey("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "secrets"
+        | "resourceClaims"
+        | "schedulingGates" => ListStrategy::MergeKey("name"),
         "volumeMounts" => ListStrategy::MergeKey("mountPath"),
         "volumeDevices" => ListStrategy::MergeKey("devicePath"),
         "conditions" | "addresses" => ListStrategy::MergeKey("type"),
@@ -242,7 +253,10 @@ mod tests {
             json!({"spec": {"containers": [{"name": "b", "image": "z"}], "tolerations": [{"key": "k2"}]},
                    "status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}),
         );
-        assert_eq!(out["spec"]["containers"], json!([{"name": "a", "image": "x"}, {"name": "b", "image": "z"}]));
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "a", "image": "x"}, {"name": "b", "image": "z"}])
+        );
         assert_eq!(out["spec"]["tolerations"], json!([{"key": "k2"}]));
         assert_eq!(
             out["status"]["conditions"],
@@ -262,9 +276,15 @@ mod tests {
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "c"]));
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
         assert_eq!(out["spec"]["containers"], json!([{"name": "b"}]));
-        let out = smp(json!({"spec": {"a": 1, "b": 2}}), json!({"spec": {"$patch": "replace", "c": 3}}));
+        let out = smp(
+            json!({"spec": {"a": 1, "b": 2}}),
+            json!({"spec": {"$patch": "replace", "c": 3}}),
+        );
         assert_eq!(out, json!({"spec": {"c": 3}}));
-        let out = smp(json!({"spec": {"a": 1, "b": 2}}), json!({"spec": {"$retainKeys": ["b", "c"], "c": 3}}));
+        let out = smp(
+            json!({"spec": {"a": 1, "b": 2}}),
+            json!({"spec": {"$retainKeys": ["b", "c"], "c": 3}}),
+        );
         assert_eq!(out, json!({"spec": {"b": 2, "c": 3}}));
     }
 
@@ -273,9 +293,24 @@ mod tests {
         let mut d = json!({"a": {"b": 1, "c": [1, 2]}});
         apply(PatchKind::Merge, &mut d, br#"{"a": {"b": null, "c": [3]}}"#).unwrap();
         assert_eq!(d, json!({"a": {"c": [3]}}));
-        apply(PatchKind::Json, &mut d, br#"[{"op": "add", "path": "/a/d", "value": 4}]"#).unwrap();
+        apply(
+            PatchKind::Json,
+            &mut d,
+            br#"[{"op": "add", "path": "/a/d", "value": 4}]"#,
+        )
+        .unwrap();
         assert_eq!(d["a"]["d"], 4);
-        assert!(apply(PatchKind::Json, &mut d, br#"[{"op": "test", "path": "/a/d", "value": 5}]"#).is_err());
-        assert_eq!(PatchKind::from_content_type("application/apply-patch+yaml"), None);
+        assert!(
+            apply(
+                PatchKind::Json,
+                &mut d,
+                br#"[{"op": "test", "path": "/a/d", "value": 5}]"#
+            )
+            .is_err()
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/apply-patch+yaml"),
+            None
+        );
     }
 }

@@ -106,25 +106,121 @@ impl Registry {
     pub fn builtin() -> Self {
         let mut r = Registry::default();
         let list = [
-            rt("", "v1", "pods", "Pod", true, &["status", "binding", "eviction"], &["po"]),
+            rt(
+                "",
+                "v1",
+                "pods",
+                "Pod",
+                true,
+                &["status", "binding", "eviction"],
+                &["po"],
+            ),
             rt("", "v1", "nodes", "Node", false, &["status"], &["no"]),
-            rt("", "v1", "namespaces", "Namespace", false, &["status"], &["ns"]),
+            rt(
+                "",
+                "v1",
+                "namespaces",
+                "Namespace",
+                false,
+                &["status"],
+                &["ns"],
+            ),
             rt("", "v1", "events", "Event", true, &[], &["ev"]),
             rt("", "v1", "configmaps", "ConfigMap", true, &[], &["cm"]),
             rt("", "v1", "secrets", "Secret", true, &[], &[]),
             rt("", "v1", "services", "Service", true, &["status"], &["svc"]),
-            rt("", "v1", "serviceaccounts", "ServiceAccount", true, &[], &["sa"]),
+            rt(
+                "",
+                "v1",
+                "serviceaccounts",
+                "ServiceAccount",
+                true,
+                &[],
+                &["sa"],
+            ),
             rt("events.k8s.io", "v1", "events", "Event", true, &[], &["ev"]),
             rt("batch", "v1", "jobs", "Job", true, &["status"], &[]),
-            rt("apps", "v1", "deployments", "Deployment", true, &["status"], &["deploy"]),
-            rt("apps", "v1", "replicasets", "ReplicaSet", true, &["status"], &["rs"]),
-            rt("apps", "v1", "statefulsets", "StatefulSet", true, &["status"], &["sts"]),
-            rt("apps", "v1", "daemonsets", "DaemonSet", true, &["status"], &["ds"]),
-            rt("coordination.k8s.io", "v1", "leases", "Lease", true, &[], &[]),
-            rt("scheduling.k8s.io", "v1alpha2", "workloads", "Workload", true, &[], &[]),
-            rt("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", true, &["status"], &[]),
-            rt("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", true, &["status"], &["pg"]),
-            rt("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", true, &["status"], &[]),
+            rt(
+                "apps",
+                "v1",
+                "deployments",
+                "Deployment",
+                true,
+                &["status"],
+                &["deploy"],
+            ),
+            rt(
+                "apps",
+                "v1",
+                "replicasets",
+                "ReplicaSet",
+                true,
+                &["status"],
+                &["rs"],
+            ),
+            rt(
+                "apps",
+                "v1",
+                "statefulsets",
+                "StatefulSet",
+                true,
+                &["status"],
+                &["sts"],
+            ),
+            rt(
+                "apps",
+                "v1",
+                "daemonsets",
+                "DaemonSet",
+                true,
+                &["status"],
+                &["ds"],
+            ),
+            rt(
+                "coordination.k8s.io",
+                "v1",
+                "leases",
+                "Lease",
+                true,
+                &[],
+                &[],
+            ),
+            rt(
+                "scheduling.k8s.io",
+                "v1alpha2",
+                "workloads",
+                "Workload",
+                true,
+                &[],
+                &[],
+            ),
+            rt(
+                "scheduling.k8s.io",
+                "v1alpha2",
+                "podgroups",
+                "PodGroup",
+                true,
+                &["status"],
+                &[],
+            ),
+            rt(
+                "scheduling.x-k8s.io",
+                "v1alpha1",
+                "podgroups",
+                "PodGroup",
+                true,
+                &["status"],
+                &["pg"],
+            ),
+            rt(
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                "jobsets",
+                "JobSet",
+                true,
+                &["status"],
+                &[],
+            ),
             rt(
                 "leaderworkerset.x-k8s.io",
                 "v1",
@@ -134,9 +230,33 @@ impl Registry {
                 &["status"],
                 &["lws"],
             ),
-            rt("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", false, &[], &[]),
-            rt("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", true, &["status"], &[]),
-            rt("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", false, &[], &[]),
+            rt(
+                "resource.k8s.io",
+                "v1",
+                "deviceclasses",
+                "DeviceClass",
+                false,
+                &[],
+                &[],
+            ),
+            rt(
+                "resource.k8s.io",
+                "v1",
+                "resourceclaims",
+                "ResourceClaim",
+                true,
+                &["status"],
+                &[],
+            ),
+            rt(
+                "resource.k8s.io",
+                "v1",
+                "resourceslices",
+                "ResourceSlice",
+                false,
+                &[],
+                &[],
+            ),
             rt(
                 "apiextensions.k8s.io",
                 "v1",
@@ -183,7 +303,12 @@ impl Registry {
     }
 
     /// Look up a type by its URL coordinates.
-    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<(usize, Arc<ResourceType>)> {
+    pub fn lookup(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<(usize, Arc<ResourceType>)> {
         self.index
             .get(&(group.to_string(), version.to_string(), plural.to_string()))
             .map(|&i| (i, self.types[i].clone()))
@@ -250,7 +375,9 @@ pub fn parse_types(text: &str) -> Result<Vec<ResourceType>, String> {
         }
     } else {
         let mut out = Vec::new();
-        for doc in serde_saphyr::from_multiple::<serde_json::Value>(text).map_err(|e| e.to_string())? {
+        for doc in
+            serde_saphyr::from_multiple::<serde_json::Value>(text).map_err(|e| e.to_string())?
+        {
             match doc {
                 serde_json::Value::Array(a) => out.extend(a),
                 serde_json::Value::Null => {}
@@ -275,7 +402,8 @@ pub fn parse_types(text: &str) -> Result<Vec<ResourceType>, String> {
 fn parse_one(doc: &serde_json::Value) -> Result<Vec<ResourceType>, String> {
     if doc.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
         let spec = doc.get("spec").ok_or("CRD without spec")?;
-        let s = |v: Option<&serde_json::Value>| v.and_then(|x| x.as_str()).unwrap_or("").to_string();
+        let s =
+            |v: Option<&serde_json::Value>| v.and_then(|x| x.as_str()).unwrap_or("").to_string();
         let group = s(spec.get("group"));
         let names = spec.get("names").ok_or("CRD without spec.names")?;
         let kind = s(names.get("kind"));
@@ -290,10 +418,18 @@ fn parse_one(doc: &serde_json::Value) -> Result<Vec<ResourceType>, String> {
         let short_names: Vec<String> = names
             .get("shortNames")
             .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         let namespaced = s(spec.get("scope")) != "Cluster";
-        let versions = spec.get("versions").and_then(|v| v.as_array()).cloned().unwrap_or_default();
+        let versions = spec
+            .get("versions")
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
         let mut out = Vec::new();
         for v in versions {
             let mut subresources = Vec::new();

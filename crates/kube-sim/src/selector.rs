@@ -71,7 +71,10 @@ impl LabelSelector {
             } else if let Some((k, v)) = p.split_once('=') {
                 reqs.push(Req::Eq(k.trim().into(), v.trim().into()));
             } else if let Some(idx) = p.find(" notin ").or_else(|| p.find(" notin(")) {
-                reqs.push(Req::NotIn(p[..idx].trim().into(), parse_set(&p[idx + 6..])?));
+                reqs.push(Req::NotIn(
+                    p[..idx].trim().into(),
+                    parse_set(&p[idx + 6..])?,
+                ));
             } else if let Some(idx) = p.find(" in ").or_else(|| p.find(" in(")) {
                 reqs.push(Req::In(p[..idx].trim().into(), parse_set(&p[idx + 3..])?));
             } else if p.contains([' ', '(', ')', '<', '>']) {
@@ -93,11 +96,19 @@ impl LabelSelector {
         }
         if let Some(me) = sel.get("matchExpressions").and_then(|m| m.as_array()) {
             for e in me {
-                let key = e.get("key").and_then(|k| k.as_str()).unwrap_or("").to_string();
+                let key = e
+                    .get("key")
+                    .and_then(|k| k.as_str())
+                    .unwrap_or("")
+                    .to_string();
                 let values: Vec<String> = e
                     .get("values")
                     .and_then(|v| v.as_array())
-                    .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 match e.get("operator").and_then(|o| o.as_str()).unwrap_or("") {
                     "In" => reqs.push(Req::In(key, values)),
@@ -217,8 +228,16 @@ mod tests {
     #[test]
     fn field_selectors() {
         let o = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
-        assert!(FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed").unwrap().matches(&o));
-        assert!(FieldSelector::parse("spec.schedulerName=").unwrap().matches(&o));
+        assert!(
+            FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("spec.schedulerName=")
+                .unwrap()
+                .matches(&o)
+        );
         assert!(!FieldSelector::parse("metadata.name=q").unwrap().matches(&o));
         assert!(FieldSelector::parse("bogus").is_err());
     }

@@ -52,15 +52,29 @@ pub fn router(ctx: Arc<Ctx>) -> Router {
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response {
-    (code, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
 }
 
 fn obj_response(code: StatusCode, o: &Obj) -> Response {
-    (code, [(header::CONTENT_TYPE, "application/json")], Body::from(o.bytes.clone())).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(o.bytes.clone()),
+    )
+        .into_response()
 }
 
 fn not_found() -> ApiError {
-    ApiError::new(404, "NotFound", "the server could not find the requested resource")
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
 }
 
 async fn handle(
@@ -102,15 +116,33 @@ fn route(ctx: &Ctx, path: &str) -> Result<Routed, ApiError> {
     let ok = |v: Value| Ok(Routed::Done(json_response(StatusCode::OK, &v)));
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return ok(discovery::version()),
-        ["healthz" | "readyz" | "livez", ..] => return Ok(Routed::Done((StatusCode::OK, "ok").into_response())),
+        ["healthz" | "readyz" | "livez", ..] => {
+            return Ok(Routed::Done((StatusCode::OK, "ok").into_response()));
+        }
         ["api"] => return ok(discovery::core_versions(&ctx.addr)),
         ["apis"] => return ok(discovery::group_list(&reg)),
         ["apis", g] => return discovery::group(&reg, g).ok_or_else(not_found).and_then(ok),
-        ["api", v] => return discovery::resource_list(&reg, "", v).ok_or_else(not_found).and_then(ok),
-        ["apis", g, v] => return discovery::resource_list(&reg, g, v).ok_or_else(not_found).and_then(ok),
+        ["api", v] => {
+            return discovery::resource_list(&reg, "", v)
+                .ok_or_else(not_found)
+                .and_then(ok);
+        }
+        ["apis", g, v] => {
+            return discovery::resource_list(&reg, g, v)
+                .ok_or_else(not_found)
+                .and_then(ok);
+        }
         ["openapi", "v3"] => return ok(discovery::openapi_v3_root(&reg)),
-        ["openapi", "v3", "api", v] => return discovery::openapi_v3_gv(&reg, "", v).ok_or_else(not_found).and_then(ok),
-        ["openapi", "v3", "apis", g, v] => return discovery::openapi_v3_gv(&reg, g, v).ok_or_else(not_found).and_then(ok),
+        ["openapi", "v3", "api", v] => {
+            return discovery::openapi_v3_gv(&reg, "", v)
+                .ok_or_else(not_found)
+                .and_then(ok);
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return discovery::openapi_v3_gv(&reg, g, v)
+                .ok_or_else(not_found)
+                .and_then(ok);
+        }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(not_found()),
@@ -124,7 +156,11 @@ fn route(ctx: &Ctx, path: &str) -> Result<Routed, ApiError> {
         return Ok(Routed::Bindings(ns.to_string()));
     }
     let target = match rest {
-        ["namespaces", ns, plural, tail @ ..] if reg.lookup(group, version, plural).is_some_and(|(_, t)| t.namespaced) => {
+        ["namespaces", ns, plural, tail @ ..]
+            if reg
+                .lookup(group, version, plural)
+                .is_some_and(|(_, t)| t.namespaced) =>
+        {
             let (tid, _) = reg.lookup(group, version, plural).ok_or_else(not_found)?;
             if tail.len() > 2 {
                 return Err(not_found());
@@ -170,7 +206,12 @@ async fn dispatch(
                 return Err(ApiError::method_not_allowed());
             }
             let v: Value = parse_body(headers, &body)?;
-            let name = v.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).unwrap_or("").to_string();
+            let name = v
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or("")
+                .to_string();
             let tid = ctx.store.tid("", "pods").ok_or_else(not_found)?;
             let s = ops::bind(&ctx, tid, &ns, &name, &v)?;
             Ok(json_response(StatusCode::CREATED, &s))
@@ -180,23 +221,32 @@ async fn dispatch(
 }
 
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("application/json");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("application/json");
     if ct.contains("yaml") {
-        serde_saphyr::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
+        serde_saphyr::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
     } else if ct.contains("protobuf") || ct.contains("cbor") {
         Err(ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?}; kube-sim serves JSON only)"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?}; kube-sim serves JSON only)"
+            ),
         ))
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }
 }
 
 fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
-    let l = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-    let f = FieldSelector::parse(q.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let l = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let f = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
     Ok((l, f))
 }
 
@@ -221,7 +271,13 @@ async fn serve(
         (Method::GET, None) => {
             let watching = t.watch || matches!(q.get("watch"), Some("true" | "1"));
             let (labels, fields) = selectors(q)?;
-            let filter = Filter { tid: t.tid, ns: t.ns.clone(), labels, fields };
+            let filter = Filter {
+                tid: t.tid,
+                ns: t.ns.clone(),
+                labels,
+                fields,
+                table: wants_table(headers),
+            };
             if watching {
                 watch::watch(ctx, filter, q)
             } else {
@@ -231,10 +287,30 @@ async fn serve(
         (Method::GET, Some(name)) => {
             if t.watch {
                 let (labels, _) = selectors(q)?;
-                let fields = FieldSelector::parse(&format!("metadata.name={name}")).map_err(ApiError::bad_request)?;
-                return watch::watch(ctx, Filter { tid: t.tid, ns: t.ns.clone(), labels, fields }, q);
+                let fields = FieldSelector::parse(&format!("metadata.name={name}"))
+                    .map_err(ApiError::bad_request)?;
+                return watch::watch(
+                    ctx,
+                    Filter {
+                        tid: t.tid,
+                        ns: t.ns.clone(),
+                        labels,
+                        fields,
+                        table: wants_table(headers),
+                    },
+                    q,
+                );
             }
-            let o = ctx.store.read().get(t.tid, &ns, name).cloned().ok_or_else(|| ApiError::not_found(&rt, name))?;
+            let o = ctx
+                .store
+                .read()
+                .get(t.tid, &ns, name)
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(&rt, name))?;
+            if wants_table(headers) && sub.is_none() {
+                let t = crate::table::table(&rt, o.rv, None, std::iter::once(&*o.value));
+                return Ok(json_response(StatusCode::OK, &t));
+            }
             Ok(obj_response(StatusCode::OK, &o))
         }
         (Method::POST, None) => {
@@ -256,16 +332,56 @@ async fn serve(
         }
         (Method::PUT, Some(name)) => {
             let v = parse_body(headers, &body)?;
-            let o = ops::update(&ctx, t.tid, &ns, name, Change::Replace(v), sub, dry_run).await?;
+            let fm = manager(q, headers);
+            let o = ops::update(
+                &ctx,
+                t.tid,
+                &ns,
+                name,
+                Change::Replace(v),
+                sub,
+                &fm,
+                dry_run,
+            )
+            .await?;
             Ok(obj_response(StatusCode::OK, &o))
         }
         (Method::PATCH, Some(name)) => {
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("");
-            let kind = PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media(ct))?;
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|c| c.to_str().ok())
+                .unwrap_or("");
+            if ct.starts_with("application/apply-patch+yaml") {
+                let Some(fm) = q.get("fieldManager").filter(|f| !f.is_empty()) else {
+                    return Err(ApiError::new(
+                        422,
+                        "Invalid",
+                        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                    ));
+                };
+                let config: Value = serde_saphyr::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                let force = q.get("force") == Some("true");
+                let change = Change::Apply { config, force };
+                let o = ops::update(&ctx, t.tid, &ns, name, change, sub, fm, dry_run).await?;
+                return Ok(obj_response(StatusCode::OK, &o));
+            }
+            let kind =
+                PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media(ct))?;
             if kind == PatchKind::Strategic && is_custom(&rt) {
                 return Err(ApiError::unsupported_media(ct));
             }
-            let o = ops::update(&ctx, t.tid, &ns, name, Change::Patch(kind, &body), sub, dry_run).await?;
+            let o = ops::update(
+                &ctx,
+                t.tid,
+                &ns,
+                name,
+                Change::Patch(kind, &body),
+                sub,
+                &manager(q, headers),
+                dry_run,
+            )
+            .await?;
             Ok(obj_response(StatusCode::OK, &o))
         }
         (Method::DELETE, Some(name)) => {
@@ -279,11 +395,19 @@ async fn serve(
         (Method::DELETE, None) => {
             let opts = ops::delete_opts(&body, q)?;
             let (labels, fields) = selectors(q)?;
-            let filter = Filter { tid: t.tid, ns: t.ns.clone(), labels, fields };
+            let filter = Filter {
+                tid: t.tid,
+                ns: t.ns.clone(),
+                labels,
+                fields,
+                table: false,
+            };
             let names: Vec<(String, String)> = {
                 let view = ctx.store.read();
                 view.iter(t.tid, filter.ns.as_deref(), None)
-                    .filter(|(_, o)| filter.labels.matches(&o.value) && filter.fields.matches(&o.value))
+                    .filter(|(_, o)| {
+                        filter.labels.matches(&o.value) && filter.fields.matches(&o.value)
+                    })
                     .map(|(k, _)| k.clone())
                     .collect()
             };
@@ -296,16 +420,40 @@ async fn serve(
                 }
             }
             let rv = ctx.store.read().rv();
-            Ok(list_response(&rt.api_version(), &rt.kind, rv, None, None, items.iter()))
+            Ok(list_response(
+                &rt.api_version(),
+                &rt.kind,
+                rv,
+                None,
+                None,
+                items.iter(),
+            ))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
 }
 
+/// The field manager of a non-apply write: `fieldManager`, else the client's user agent
+/// program name, as the real server defaults it.
+fn manager(q: &Query, headers: &HeaderMap) -> String {
+    if let Some(f) = q.get("fieldManager").filter(|f| !f.is_empty()) {
+        return f.to_string();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|u| u.to_str().ok())
+        .and_then(|u| u.split('/').next())
+        .filter(|u| !u.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
 /// Types that the real server serves as custom resources (no strategic merge patch).
 fn is_custom(rt: &crate::registry::ResourceType) -> bool {
     rt.group.ends_with(".x-k8s.io")
-        || !(rt.group.is_empty() || rt.group.ends_with(".k8s.io") || ["apps", "batch", "policy", "autoscaling"].contains(&rt.group.as_str()))
+        || !(rt.group.is_empty()
+            || rt.group.ends_with(".k8s.io")
+            || ["apps", "batch", "policy", "autoscaling"].contains(&rt.group.as_str()))
 }
 
 fn list_response<'a>(
@@ -323,7 +471,8 @@ fn list_response<'a>(
             md["remainingItemCount"] = json!(r);
         }
     }
-    let head = json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": md}).to_string();
+    let head = json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": md})
+        .to_string();
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
     out.extend_from_slice(b",\"items\":[");
@@ -334,13 +483,20 @@ fn list_response<'a>(
         out.extend_from_slice(&o.bytes);
     }
     out.extend_from_slice(b"]}");
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], out).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        out,
+    )
+        .into_response()
 }
 
 fn list(ctx: &Ctx, f: &Filter, q: &Query) -> Result<Response, ApiError> {
     let rt = ctx.store.rt(f.tid).clone();
     let limit: usize = match q.get("limit") {
-        Some(l) if !l.is_empty() => l.parse().map_err(|_| ApiError::bad_request("invalid limit"))?,
+        Some(l) if !l.is_empty() => l
+            .parse()
+            .map_err(|_| ApiError::bad_request("invalid limit"))?,
         _ => 0,
     };
     let after: Option<(String, String)> = match q.get("continue") {
@@ -348,10 +504,17 @@ fn list(ctx: &Ctx, f: &Filter, q: &Query) -> Result<Response, ApiError> {
             let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .decode(c)
                 .map_err(|_| ApiError::bad_request("invalid continue token"))?;
-            let v: Value = serde_json::from_slice(&raw).map_err(|_| ApiError::bad_request("invalid continue token"))?;
+            let v: Value = serde_json::from_slice(&raw)
+                .map_err(|_| ApiError::bad_request("invalid continue token"))?;
             Some((
-                v.get("ns").and_then(|s| s.as_str()).unwrap_or("").to_string(),
-                v.get("name").and_then(|s| s.as_str()).unwrap_or("").to_string(),
+                v.get("ns")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("")
+                    .to_string(),
+                v.get("name")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("")
+                    .to_string(),
             ))
         }
         _ => None,
@@ -360,14 +523,20 @@ fn list(ctx: &Ctx, f: &Filter, q: &Query) -> Result<Response, ApiError> {
     let cur = view.rv();
     let rv_param = q.get("resourceVersion").unwrap_or("");
     if !rv_param.is_empty() && rv_param != "0" {
-        let want: u64 = rv_param
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param:?}")))?;
+        let want: u64 = rv_param.parse().map_err(|_| {
+            ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
+        })?;
         if after.is_some() {
-            return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
         }
         if want > cur {
-            return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {want}, current: {cur}")));
+            return Err(ApiError::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {want}, current: {cur}"),
+            ));
         }
         if q.get("resourceVersionMatch") == Some("Exact") && want != cur {
             return Err(ApiError::expired(format!(
@@ -408,6 +577,10 @@ fn list(ctx: &Ctx, f: &Filter, q: &Query) -> Result<Response, ApiError> {
     } else {
         None
     };
+    if f.table {
+        let t = crate::table::table(&rt, cur, cont.as_deref(), items.iter().map(|o| &*o.value));
+        return Ok(json_response(StatusCode::OK, &t));
+    }
     Ok(list_response(
         &rt.api_version(),
         &rt.kind,
@@ -416,4 +589,11 @@ fn list(ctx: &Ctx, f: &Filter, q: &Query) -> Result<Response, ApiError> {
         (!selecting).then_some(remaining),
         items.into_iter(),
     ))
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(crate::table::wants_table)
 }

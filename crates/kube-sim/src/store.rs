@@ -30,7 +30,11 @@ impl Obj {
     fn new(mut value: Value, rv: u64) -> Self {
         meta::meta_mut(&mut value).insert("resourceVersion".into(), Value::String(rv.to_string()));
         let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
-        Obj { value: Arc::new(value), bytes, rv }
+        Obj {
+            value: Arc::new(value),
+            bytes,
+            rv,
+        }
     }
 }
 
@@ -109,6 +113,9 @@ pub struct Store {
     history_limit: usize,
 }
 
+/// A receiver of every event published after it was made.
+pub type Subscription = broadcast::Receiver<Arc<Event>>;
+
 /// A consistent read view.
 pub struct ReadView<'a>(RwLockReadGuard<'a, Inner>);
 
@@ -120,7 +127,10 @@ impl ReadView<'_> {
 
     /// One object.
     pub fn get(&self, tid: usize, ns: &str, name: &str) -> Option<&Obj> {
-        self.0.tables.get(tid)?.get(&(ns.to_string(), name.to_string()))
+        self.0
+            .tables
+            .get(tid)?
+            .get(&(ns.to_string(), name.to_string()))
     }
 
     /// Objects of a type, in key order, optionally in one namespace, starting after `after`.
@@ -150,7 +160,7 @@ impl ReadView<'_> {
         &self,
         store: &Store,
         rv: u64,
-    ) -> Result<(Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>), ApiError> {
+    ) -> Result<(Vec<Arc<Event>>, Subscription), ApiError> {
         let inner = &self.0;
         let oldest = inner.history.front().map(|e| e.rv).unwrap_or(inner.rv + 1);
         if rv + 1 < oldest && rv < inner.rv {
@@ -165,7 +175,7 @@ impl ReadView<'_> {
     }
 
     /// Subscribe to events after the current state.
-    pub fn subscribe(&self, store: &Store) -> broadcast::Receiver<Arc<Event>> {
+    pub fn subscribe(&self, store: &Store) -> Subscription {
         store.tx.subscribe()
     }
 }
@@ -197,7 +207,10 @@ impl Store {
     /// Run `f` with exclusive access; events are published in order as they are made.
     pub fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> R) -> R {
         let guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let mut txn = Txn { store: self, inner: guard };
+        let mut txn = Txn {
+            store: self,
+            inner: guard,
+        };
         f(&mut txn)
     }
 
@@ -208,7 +221,10 @@ impl Store {
 
     /// Register a type at run time (or replace the one at the same path).
     pub fn register(&self, t: ResourceType) {
-        self.registry.write().unwrap_or_else(|e| e.into_inner()).add(t);
+        self.registry
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(t);
     }
 
     /// The registered type with id `tid`.
@@ -218,7 +234,10 @@ impl Store {
 
     /// Type id of a (group, plural) pair in its first registered version.
     pub fn tid(&self, group: &str, plural: &str) -> Option<usize> {
-        self.registry().types().iter().position(|t| t.group == group && t.plural == plural)
+        self.registry()
+            .types()
+            .iter()
+            .position(|t| t.group == group && t.plural == plural)
     }
 }
 
@@ -257,11 +276,22 @@ impl Txn<'_> {
 
     /// One object.
     pub fn get(&self, tid: usize, ns: &str, name: &str) -> Option<Obj> {
-        self.inner.tables.get(tid)?.get(&(ns.to_string(), name.to_string())).cloned()
+        self.inner
+            .tables
+            .get(tid)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
     }
 
     fn publish(&mut self, kind: EventType, tid: usize, ns: &str, obj: Obj, old: Option<Obj>) {
-        let ev = Arc::new(Event { rv: obj.rv, kind, tid, ns: ns.to_string(), obj, old });
+        let ev = Arc::new(Event {
+            rv: obj.rv,
+            kind,
+            tid,
+            ns: ns.to_string(),
+            obj,
+            old,
+        });
         let inner = &mut *self.inner;
         inner.history.push_back(ev.clone());
         while inner.history.len() > self.store.history_limit {
@@ -270,7 +300,14 @@ impl Txn<'_> {
         let _ = self.store.tx.send(ev);
     }
 
-    fn index(&mut self, tid: usize, ns: &str, name: &str, old: Option<&Value>, new: Option<&Value>) {
+    fn index(
+        &mut self,
+        tid: usize,
+        ns: &str,
+        name: &str,
+        old: Option<&Value>,
+        new: Option<&Value>,
+    ) {
         let r: Ref = (tid, ns.to_string(), name.to_string());
         let old_o = old.map(owner_uids).unwrap_or_default();
         let new_o = new.map(owner_uids).unwrap_or_default();
@@ -284,7 +321,11 @@ impl Txn<'_> {
                 }
             }
             for u in new_o {
-                self.inner.dependents.entry(u).or_default().insert(r.clone());
+                self.inner
+                    .dependents
+                    .entry(u)
+                    .or_default()
+                    .insert(r.clone());
             }
         }
         match (old, new) {
@@ -292,7 +333,9 @@ impl Txn<'_> {
                 self.inner.uids.remove(meta::meta_str(o, "uid"));
             }
             (None, Some(n)) => {
-                self.inner.uids.insert(meta::meta_str(n, "uid").to_string(), r);
+                self.inner
+                    .uids
+                    .insert(meta::meta_str(n, "uid").to_string(), r);
             }
             _ => {}
         }
@@ -322,18 +365,25 @@ impl Txn<'_> {
         let Some(old) = self.get(tid, &ns, &name) else {
             return self.insert(tid, value);
         };
-        let mut cmp = value.clone();
-        meta::meta_mut(&mut cmp).insert("resourceVersion".into(), json!(old.rv.to_string()));
-        if cmp == *old.value {
+        let mut value = value;
+        meta::meta_mut(&mut value).insert("resourceVersion".into(), json!(old.rv.to_string()));
+        if value == *old.value {
             return old;
         }
-        let deleting = value.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some();
+        let deleting = value
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some();
         let grace = value
             .get("metadata")
             .and_then(|m| m.get("deletionGracePeriodSeconds"))
             .and_then(|g| g.as_i64())
             .unwrap_or(0);
-        if deleting && meta::finalizers(&value).is_empty() && grace == 0 && !self.store.rt(tid).is("", "namespaces") {
+        if deleting
+            && meta::finalizers(&value).is_empty()
+            && grace == 0
+            && !self.store.rt(tid).is("", "namespaces")
+        {
             self.inner.rv += 1;
             let obj = Obj::new(value, self.inner.rv);
             self.inner.tables[tid].insert((ns.clone(), name.clone()), obj);
@@ -377,13 +427,18 @@ impl Txn<'_> {
             return;
         };
         for (tid, ns, name) in deps {
-            let Some(dep) = self.get(tid, &ns, &name) else { continue };
+            let Some(dep) = self.get(tid, &ns, &name) else {
+                continue;
+            };
             let others_alive = owner_uids(&dep.value)
                 .iter()
                 .any(|u| u != owner_uid && self.inner.uids.contains_key(u));
             if policy == "Orphan" || others_alive {
                 let mut v = (*dep.value).clone();
-                if let Some(refs) = meta::meta_mut(&mut v).get_mut("ownerReferences").and_then(|r| r.as_array_mut()) {
+                if let Some(refs) = meta::meta_mut(&mut v)
+                    .get_mut("ownerReferences")
+                    .and_then(|r| r.as_array_mut())
+                {
                     refs.retain(|r| r.get("uid").and_then(|u| u.as_str()) != Some(owner_uid));
                     if refs.is_empty() {
                         meta::meta_mut(&mut v).remove("ownerReferences");
@@ -400,16 +455,27 @@ impl Txn<'_> {
         let Some((tid, ns, name)) = self.inner.uids.get(owner_uid).cloned() else {
             return;
         };
-        let Some(owner) = self.get(tid, &ns, &name) else { return };
+        let Some(owner) = self.get(tid, &ns, &name) else {
+            return;
+        };
         let fins = meta::finalizers(&owner.value);
         if !fins.iter().any(|f| f == "foregroundDeletion") {
             return;
         }
-        if self.inner.dependents.get(owner_uid).is_some_and(|d| !d.is_empty()) {
+        if self
+            .inner
+            .dependents
+            .get(owner_uid)
+            .is_some_and(|d| !d.is_empty())
+        {
             return;
         }
         let mut v = (*owner.value).clone();
-        let rest: Vec<Value> = fins.into_iter().filter(|f| f != "foregroundDeletion").map(Value::String).collect();
+        let rest: Vec<Value> = fins
+            .into_iter()
+            .filter(|f| f != "foregroundDeletion")
+            .map(Value::String)
+            .collect();
         if rest.is_empty() {
             meta::meta_mut(&mut v).remove("finalizers");
         } else {
@@ -425,14 +491,25 @@ impl Txn<'_> {
     fn namespace_empty(&self, ns: &str) -> bool {
         self.inner.tables.iter().enumerate().all(|(tid, t)| {
             !self.store.rt(tid).namespaced
-                || t.range((ns.to_string(), String::new())..).next().is_none_or(|(k, _)| k.0 != ns)
+                || t.range((ns.to_string(), String::new())..)
+                    .next()
+                    .is_none_or(|(k, _)| k.0 != ns)
         })
     }
 
     fn check_namespace_done(&mut self, ns: &str) {
-        let Some(ntid) = self.namespace_tid() else { return };
-        let Some(nso) = self.get(ntid, "", ns) else { return };
-        if nso.value.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_none() {
+        let Some(ntid) = self.namespace_tid() else {
+            return;
+        };
+        let Some(nso) = self.get(ntid, "", ns) else {
+            return;
+        };
+        if nso
+            .value
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_none()
+        {
             return;
         }
         if self.namespace_empty(ns) && meta::finalizers(&nso.value).is_empty() {
@@ -444,14 +521,27 @@ impl Txn<'_> {
     pub fn namespace_state(&self, ns: &str) -> Option<bool> {
         let ntid = self.namespace_tid()?;
         let o = self.get(ntid, "", ns)?;
-        Some(o.value.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some())
+        Some(
+            o.value
+                .get("metadata")
+                .and_then(|m| m.get("deletionTimestamp"))
+                .is_some(),
+        )
     }
 
     /// Delete an object as the real server does. Returns the object as it now is: marked with a
     /// deletionTimestamp when finalizers or a pod's grace period hold it, or its last state.
-    pub fn delete(&mut self, tid: usize, ns: &str, name: &str, opts: &DeleteOpts) -> Result<(Obj, bool), ApiError> {
+    pub fn delete(
+        &mut self,
+        tid: usize,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<(Obj, bool), ApiError> {
         let rt = self.store.rt(tid).clone();
-        let cur = self.get(tid, ns, name).ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let cur = self
+            .get(tid, ns, name)
+            .ok_or_else(|| ApiError::not_found(&rt, name))?;
         if let Some(u) = &opts.pre_uid
             && u != meta::meta_str(&cur.value, "uid")
         {
@@ -477,17 +567,29 @@ impl Txn<'_> {
             ));
         }
         let policy = opts.propagation.clone().unwrap_or_else(|| {
-            if rt.is("batch", "jobs") { "Orphan" } else { "Background" }.to_string()
+            if rt.is("batch", "jobs") {
+                "Orphan"
+            } else {
+                "Background"
+            }
+            .to_string()
         });
         // Graceful deletion of pods bound to a node and not yet terminal.
         let grace = if is_pod(&rt) {
-            let bound = meta::path(&cur.value, "spec.nodeName").and_then(|v| v.as_str()).is_some_and(|s| !s.is_empty());
-            let phase = meta::path(&cur.value, "status.phase").and_then(|v| v.as_str()).unwrap_or("");
+            let bound = meta::path(&cur.value, "spec.nodeName")
+                .and_then(|v| v.as_str())
+                .is_some_and(|s| !s.is_empty());
+            let phase = meta::path(&cur.value, "status.phase")
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
             if !bound || phase == "Succeeded" || phase == "Failed" {
                 0
             } else {
                 opts.grace
-                    .or_else(|| meta::path(&cur.value, "spec.terminationGracePeriodSeconds").and_then(|g| g.as_i64()))
+                    .or_else(|| {
+                        meta::path(&cur.value, "spec.terminationGracePeriodSeconds")
+                            .and_then(|g| g.as_i64())
+                    })
                     .unwrap_or(30)
                     .max(0)
             }
@@ -495,14 +597,24 @@ impl Txn<'_> {
             0
         };
         let mut fins = meta::finalizers(&cur.value);
-        let deleting = cur.value.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some();
+        let deleting = cur
+            .value
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some();
         if policy == "Orphan" {
             self.collect_dependents(meta::meta_str(&cur.value, "uid"), "Orphan");
         }
-        let cur = self.get(tid, ns, name).ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let cur = self
+            .get(tid, ns, name)
+            .ok_or_else(|| ApiError::not_found(&rt, name))?;
         if policy == "Foreground"
             && !fins.iter().any(|f| f == "foregroundDeletion")
-            && self.inner.dependents.get(meta::meta_str(&cur.value, "uid")).is_some_and(|d| !d.is_empty())
+            && self
+                .inner
+                .dependents
+                .get(meta::meta_str(&cur.value, "uid"))
+                .is_some_and(|d| !d.is_empty())
         {
             fins.push("foregroundDeletion".into());
         }
@@ -521,7 +633,9 @@ impl Txn<'_> {
         if !deleting || cur_grace.is_some_and(|g| grace < g) {
             m.insert(
                 "deletionTimestamp".into(),
-                json!(meta::rfc3339(SystemTime::now() + Duration::from_secs(grace as u64))),
+                json!(meta::rfc3339(
+                    SystemTime::now() + Duration::from_secs(grace as u64)
+                )),
             );
             m.insert("deletionGracePeriodSeconds".into(), json!(grace));
             if !deleting {
@@ -540,9 +654,22 @@ impl Txn<'_> {
         let obj = self.replace(tid, v);
         let uid = meta::meta_str(&cur.value, "uid").to_string();
         if policy == "Foreground" {
-            let deps: Vec<Ref> = self.inner.dependents.get(&uid).map(|d| d.iter().cloned().collect()).unwrap_or_default();
+            let deps: Vec<Ref> = self
+                .inner
+                .dependents
+                .get(&uid)
+                .map(|d| d.iter().cloned().collect())
+                .unwrap_or_default();
             for (dt, dns, dn) in deps {
-                let _ = self.delete(dt, &dns, &dn, &DeleteOpts { propagation: Some("Foreground".into()), ..Default::default() });
+                let _ = self.delete(
+                    dt,
+                    &dns,
+                    &dn,
+                    &DeleteOpts {
+                        propagation: Some("Foreground".into()),
+                        ..Default::default()
+                    },
+                );
             }
             self.check_foreground_owner(&uid);
         }

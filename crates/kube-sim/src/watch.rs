@@ -13,9 +13,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::ApiError;
+use crate::registry::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::{Ctx, Query};
-use crate::store::{Event, EventType, Obj};
+use crate::store::{Event, EventType, Obj, Subscription};
 
 /// What a watcher wants to see.
 pub struct Filter {
@@ -27,9 +28,21 @@ pub struct Filter {
     pub labels: LabelSelector,
     /// Field selector.
     pub fields: FieldSelector,
+    /// Answer each object as a one-row `Table` (kubectl get --watch).
+    pub table: bool,
 }
 
 impl Filter {
+    /// The bytes sent for an object: the object, or a one-row Table of it.
+    fn render<'a>(&self, rt: &ResourceType, o: &'a Obj) -> std::borrow::Cow<'a, [u8]> {
+        if self.table {
+            let t = crate::table::table(rt, o.rv, None, std::iter::once(&*o.value));
+            std::borrow::Cow::Owned(serde_json::to_vec(&t).unwrap_or_default())
+        } else {
+            std::borrow::Cow::Borrowed(&o.bytes[..])
+        }
+    }
+
     fn matches_obj(&self, o: &Obj) -> bool {
         self.labels.matches(&o.value) && (self.fields.is_empty() || self.fields.matches(&o.value))
     }
@@ -92,28 +105,31 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
         .map(Duration::from_secs);
     let rv_param = q.get("resourceVersion").unwrap_or("");
     if initial && q.get("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::invalid(&rt, "", &[(
-            "resourceVersionMatch".into(),
-            "\"\": sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into(),
-        )]));
+        return Err(ApiError::invalid(
+            &rt,
+            "",
+            &[(
+                "resourceVersionMatch".into(),
+                "\"\": sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                    .into(),
+            )],
+        ));
     }
     let from: Option<u64> = if rv_param.is_empty() || rv_param == "0" || initial {
         None
     } else {
-        Some(
-            rv_param
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param:?}")))?,
-        )
+        Some(rv_param.parse().map_err(|_| {
+            ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
+        })?)
     };
     let mut first = BytesMut::new();
-    let (mut rx, start_rv, backlog): (Option<broadcast::Receiver<Arc<Event>>>, u64, Vec<Arc<Event>>) = {
+    let (mut rx, start_rv, backlog): (Option<Subscription>, u64, Vec<Arc<Event>>) = {
         let view = ctx.store.read();
         match from {
             None => {
                 for (_, o) in view.iter(filter.tid, filter.ns.as_deref(), None) {
                     if filter.matches_obj(o) {
-                        line(&mut first, "ADDED", &o.bytes);
+                        line(&mut first, "ADDED", &filter.render(&rt, o));
                     }
                 }
                 let rv = view.rv();
@@ -133,7 +149,7 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
     };
     for ev in &backlog {
         if let Some(k) = filter.view(ev) {
-            line(&mut first, k.as_str(), &ev.obj.bytes);
+            line(&mut first, k.as_str(), &filter.render(&rt, &ev.obj));
         }
     }
     let mut last_rv = backlog.last().map(|e| e.rv).unwrap_or(start_rv);
@@ -155,10 +171,12 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
                     let mut n = 0;
                     while let Some(r) = next.take() {
                         match r {
+                            // A watch from a version not reached yet starts after it.
+                            Ok(ev) if ev.rv <= start_rv => {}
                             Ok(ev) => {
                                 last_rv = ev.rv;
                                 if let Some(k) = filter.view(&ev) {
-                                    line(&mut buf, k.as_str(), &ev.obj.bytes);
+                                    line(&mut buf, k.as_str(), &filter.render(&rt, &ev.obj));
                                 }
                             }
                             Err(broadcast::error::RecvError::Lagged(_)) => {

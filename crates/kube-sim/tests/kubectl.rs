@@ -19,6 +19,16 @@ struct Kubectl {
     program: String,
     /// Kubeconfig path as kubectl sees it.
     kubeconfig: String,
+    /// Files written for kubectl (removed at the end).
+    files: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        for f in self.files.lock().map(|f| f.clone()).unwrap_or_default() {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 fn answers(cmd: &mut Command) -> bool {
@@ -30,7 +40,12 @@ fn find_kubectl(kubeconfig_host: &Path) -> Result<Kubectl, String> {
     if let Some(k) = std::env::var_os("KUBECTL") {
         let k = k.to_string_lossy().to_string();
         if answers(Command::new(&k).args(["version", "--client"])) {
-            return Ok(Kubectl { root: None, program: k, kubeconfig: kubeconfig_host.display().to_string() });
+            return Ok(Kubectl {
+                root: None,
+                program: k,
+                kubeconfig: kubeconfig_host.display().to_string(),
+                files: Default::default(),
+            });
         }
         return Err(format!("KUBECTL={k} does not answer `version --client`"));
     }
@@ -45,28 +60,52 @@ fn find_kubectl(kubeconfig_host: &Path) -> Result<Kubectl, String> {
             tried.push(format!("{}: no usr/bin/kubectl", root.display()));
             continue;
         }
-        if !answers(Command::new("chroot").arg(&root).args(["kubectl", "version", "--client"])) {
-            tried.push(format!("{}: kubectl does not run under chroot", root.display()));
+        if !answers(
+            Command::new("chroot")
+                .arg(&root)
+                .args(["kubectl", "version", "--client"]),
+        ) {
+            tried.push(format!(
+                "{}: kubectl does not run under chroot",
+                root.display()
+            ));
             continue;
         }
-        let inside = format!("/tmp/kube-sim-test-{}-{}.kubeconfig", std::process::id(), rand_suffix());
+        let inside = format!(
+            "/tmp/kube-sim-test-{}-{}.kubeconfig",
+            std::process::id(),
+            rand_suffix()
+        );
         let dest = root.join(inside.trim_start_matches('/'));
-        std::fs::copy(kubeconfig_host, &dest).map_err(|e| format!("copying kubeconfig into {}: {e}", root.display()))?;
-        return Ok(Kubectl { root: Some(root), program: "kubectl".into(), kubeconfig: inside });
+        std::fs::copy(kubeconfig_host, &dest)
+            .map_err(|e| format!("copying kubeconfig into {}: {e}", root.display()))?;
+        return Ok(Kubectl {
+            root: Some(root),
+            program: "kubectl".into(),
+            kubeconfig: inside,
+            files: std::sync::Mutex::new(vec![dest]),
+        });
     }
     if answers(Command::new("/usr/bin/kubectl").args(["version", "--client"])) {
         return Ok(Kubectl {
             root: None,
             program: "/usr/bin/kubectl".into(),
             kubeconfig: kubeconfig_host.display().to_string(),
+            files: Default::default(),
         });
     }
     tried.push("/usr/bin/kubectl: missing or does not answer `version --client`".into());
-    Err(format!("no kubectl found; set KUBECTL or install the slurm-testenv root file system. Tried: {}", tried.join("; ")))
+    Err(format!(
+        "no kubectl found; set KUBECTL or install the slurm-testenv root file system. Tried: {}",
+        tried.join("; ")
+    ))
 }
 
 fn rand_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 impl Kubectl {
@@ -97,12 +136,19 @@ impl Kubectl {
 
     /// Write a file where kubectl can read it; returns kubectl's path for it.
     fn file(&self, name: &str, text: &str) -> String {
-        let inside = format!("/tmp/kube-sim-test-{}-{}-{name}", std::process::id(), rand_suffix());
+        let inside = format!(
+            "/tmp/kube-sim-test-{}-{}-{name}",
+            std::process::id(),
+            rand_suffix()
+        );
         let host = match &self.root {
             Some(r) => r.join(inside.trim_start_matches('/')),
             None => PathBuf::from(&inside),
         };
         std::fs::write(&host, text).expect("write manifest");
+        if let Ok(mut f) = self.files.lock() {
+            f.push(host);
+        }
         inside
     }
 }
@@ -138,7 +184,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_works_against_kube_sim() {
-    let sim = KubeSim::start(Options::default()).await.expect("kube-sim starts");
+    let sim = KubeSim::start(Options::default())
+        .await
+        .expect("kube-sim starts");
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     sim.write_kubeconfig(&kc).unwrap();
@@ -152,19 +200,46 @@ async fn kubectl_works_against_kube_sim() {
     tokio::task::spawn_blocking(move || {
         let k = kk;
         let out = k.ok(&["create", "-f", &manifest]);
-        assert!(out.contains("pod/kp created") && out.contains("configmap/kcm created") && out.contains("job.batch/kj created"), "{out}");
-        let json: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pods", "-o", "json"])).unwrap();
+        assert!(
+            out.contains("pod/kp created")
+                && out.contains("configmap/kcm created")
+                && out.contains("job.batch/kj created"),
+            "{out}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "pods", "-o", "json"])).unwrap();
         assert_eq!(json["items"][0]["metadata"]["name"], "kp");
         let yaml = k.ok(&["get", "pod", "kp", "-o", "yaml"]);
-        assert!(yaml.contains("name: kp") && yaml.contains("schedulerName: default-scheduler"), "{yaml}");
-        assert!(k.ok(&["get", "pods", "-l", "app=demo", "-o", "name"]).contains("pod/kp"));
-        assert!(!k.ok(&["get", "pods", "-l", "app=other", "-o", "name"]).contains("pod/kp"));
+        assert!(
+            yaml.contains("name: kp") && yaml.contains("schedulerName: default-scheduler"),
+            "{yaml}"
+        );
+        assert!(
+            k.ok(&["get", "pods", "-l", "app=demo", "-o", "name"])
+                .contains("pod/kp")
+        );
+        assert!(
+            !k.ok(&["get", "pods", "-l", "app=other", "-o", "name"])
+                .contains("pod/kp")
+        );
         assert!(k.ok(&["label", "pod", "kp", "tier=fe"]).contains("labeled"));
-        assert!(k.ok(&["annotate", "pod", "kp", "note=hi"]).contains("annotated"));
-        k.ok(&["patch", "configmap", "kcm", "--type=merge", "-p", r#"{"data":{"b":"2"}}"#]);
-        let cm: serde_json::Value = serde_json::from_str(&k.ok(&["get", "configmap", "kcm", "-o", "json"])).unwrap();
+        assert!(
+            k.ok(&["annotate", "pod", "kp", "note=hi"])
+                .contains("annotated")
+        );
+        k.ok(&[
+            "patch",
+            "configmap",
+            "kcm",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"b":"2"}}"#,
+        ]);
+        let cm: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "configmap", "kcm", "-o", "json"])).unwrap();
         assert_eq!(cm["data"], serde_json::json!({"a": "1", "b": "2"}));
-        let p: serde_json::Value = serde_json::from_str(&k.ok(&["get", "pod", "kp", "-o", "json"])).unwrap();
+        let p: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "pod", "kp", "-o", "json"])).unwrap();
         assert_eq!(p["metadata"]["labels"]["tier"], "fe");
         assert_eq!(p["metadata"]["annotations"]["note"], "hi");
         assert!(k.ok(&["get", "jobs"]).contains("kj"));
@@ -174,11 +249,23 @@ async fn kubectl_works_against_kube_sim() {
     .unwrap();
 
     // get --watch sees a later change, then delete.
-    let mut watch = k.command(&["get", "configmaps", "--watch", "-o", "name", "--request-timeout=20s"]);
-    watch.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut watch = k.command(&[
+        "get",
+        "configmaps",
+        "--watch",
+        "-o",
+        "name",
+        "--request-timeout=20s",
+    ]);
+    watch
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let child = watch.spawn().expect("kubectl get --watch starts");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let late = k.file("late.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: late\ndata: {x: y}\n");
+    let late = k.file(
+        "late.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: late\ndata: {x: y}\n",
+    );
     let kk = k.clone();
     tokio::task::spawn_blocking(move || {
         kk.ok(&["create", "-f", &late]);
@@ -195,9 +282,21 @@ async fn kubectl_works_against_kube_sim() {
     assert!(text.contains("configmap/kcm"), "watch output: {text}");
     assert!(text.contains("configmap/late"), "watch output: {text}");
     let kk = k.clone();
+    let m2 = k.file("m2.yaml", MANIFEST);
     tokio::task::spawn_blocking(move || {
         let pods = kk.ok(&["get", "pods", "-o", "name"]);
         assert!(!pods.contains("pod/kp"), "{pods}");
+        // Server-side apply creates, then re-applies without conflict.
+        for _ in 0..2 {
+            let out = kk.ok(&["apply", "--server-side", "-f", &m2]);
+            assert!(out.contains("pod/kp serverside-applied"), "{out}");
+        }
+        // Table output (server-side printing).
+        let table = kk.ok(&["get", "pods"]);
+        assert!(
+            table.contains("STATUS") && table.contains("Pending"),
+            "{table}"
+        );
     })
     .await
     .unwrap();

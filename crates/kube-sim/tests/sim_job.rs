@@ -234,3 +234,64 @@ async fn suspended_job_creates_no_pods_and_deleted_job_takes_its_pods() {
     wait_list(&pods, &lp, "no pods", |ps| ps.is_empty()).await;
     sim.stop().await;
 }
+
+#[tokio::test]
+async fn suspending_a_running_job_deletes_its_pods() {
+    let sim = start(2).await;
+    let client = sim.client();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    jobs.create(
+        &PostParams::default(),
+        &job("pausable", 2, Some(2), false, json!(["sleep", "infinity"])),
+    )
+    .await
+    .unwrap();
+    let sched = scheduler(client.clone(), "default", 2);
+    let lp = ListParams::default().labels("job-name=pausable");
+    wait_list(&pods, &lp, "2 running pods", |ps| {
+        ps.len() == 2 && ps.iter().all(|p| phase(p) == "Running")
+    })
+    .await;
+    sched.abort();
+    let patch = json!({"spec": {"suspend": true}});
+    jobs.patch(
+        "pausable",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let held = wait_for(&jobs, "pausable", "Suspended", |j| {
+        job_condition(j, "Suspended").is_some()
+    })
+    .await;
+    let st = held.status.unwrap();
+    assert_eq!(st.start_time, None, "a suspended Job has no start time");
+    assert_eq!(st.active, Some(0));
+    // Its pods were deleted (they end after their grace period).
+    wait_list(&pods, &lp, "pods terminating", |ps| {
+        ps.iter().all(|p| p.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn active_deadline_fails_the_job() {
+    let sim = start(1).await;
+    let client = sim.client();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let mut j = job("slow", 1, Some(1), false, json!(["sleep", "infinity"]));
+    j.spec.as_mut().unwrap().active_deadline_seconds = Some(1);
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    let sched = scheduler(client.clone(), "default", 1);
+    let failed = wait_for(&jobs, "slow", "Failed", |j| {
+        job_condition(j, "Failed").is_some()
+    })
+    .await;
+    sched.abort();
+    let c = job_condition(&failed, "Failed").unwrap();
+    assert_eq!(c.reason.as_deref(), Some("DeadlineExceeded"));
+    sim.stop().await;
+}

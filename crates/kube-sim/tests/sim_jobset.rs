@@ -179,3 +179,27 @@ async fn jobset_fails_when_a_job_fails() {
     .await;
     sim.stop().await;
 }
+
+#[tokio::test]
+async fn failure_policy_max_restarts_recreates_the_jobs_once() {
+    let sim = start(1).await;
+    let client = sim.client();
+    let sets = jobset_api(client.clone(), "default");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let mut js = jobset("retry", "infinity");
+    js.data["spec"]["failurePolicy"] = json!({"maxRestarts": 1});
+    js.data["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] =
+        json!({"annotations": {"kube-sim/duration": "0.3", "kube-sim/exit-code": "1"}});
+    sets.create(&PostParams::default(), &js).await.unwrap();
+    let sched = scheduler(client.clone(), "default", 1);
+    // After the first failure the Jobs come back with restart-attempt 1.
+    let lp = ListParams::default().labels("jobset.sigs.k8s.io/restart-attempt=1");
+    wait_list(&jobs, &lp, "3 jobs of attempt 1", |js| js.len() == 3).await;
+    let failed = wait_for(&sets, "retry", "Failed", |o| {
+        o.data["status"]["terminalState"] == "Failed"
+    })
+    .await;
+    sched.abort();
+    assert_eq!(failed.data["status"]["restarts"], 1);
+    sim.stop().await;
+}

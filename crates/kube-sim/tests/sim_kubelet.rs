@@ -298,3 +298,22 @@ async fn unknown_command_runs_until_deleted() {
     wait_gone(&pods, "server").await;
     sim.stop().await;
 }
+
+#[tokio::test]
+async fn pod_active_deadline_kills_the_pod() {
+    let sim = start(1).await;
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let mut p = pod(
+        "late",
+        Some("node-1"),
+        json!(["sleep", "infinity"]),
+        json!({}),
+    );
+    p.spec.as_mut().unwrap().active_deadline_seconds = Some(1);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let failed = wait_for(&pods, "late", "Failed", |p| phase(p) == "Failed").await;
+    let st = failed.status.clone().unwrap();
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(terminated(&failed).unwrap().exit_code, 137);
+    sim.stop().await;
+}

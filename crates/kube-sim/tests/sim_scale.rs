@@ -106,3 +106,49 @@ async fn many_bound_pods_run_and_succeed() {
     );
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_job_creates_exactly_its_pods_and_completes() {
+    let n = env_usize("KUBE_SIM_SCALE_JOB_PODS", 300);
+    let nodes = 50;
+    let sim = start(nodes).await;
+    let client = sim.client();
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let job: k8s_openapi::api::batch::v1::Job = from_json(json!({
+        "metadata": {"name": "big"},
+        "spec": {
+            "parallelism": n,
+            "completions": n,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1"]}],
+            }},
+        },
+    }));
+    let t0 = std::time::Instant::now();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let lp = kube::api::ListParams::default().labels("job-name=big");
+    wait_list(&pods, &lp, "all pods created", |ps| ps.len() == n).await;
+    let t_pods = t0.elapsed();
+    let sched = scheduler(client.clone(), "default", nodes);
+    let done = wait_for(&jobs, "big", "Complete", |j| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Complete" && c.status == "True")
+            })
+    })
+    .await;
+    sched.abort();
+    assert_eq!(done.status.unwrap().succeeded, Some(n as i32));
+    // Never more pods than completions: no duplicate creations.
+    assert_eq!(pods.list(&lp).await.unwrap().items.len(), n);
+    println!(
+        "kube-sim scale: Job of {n} pods: all created after {t_pods:?}, Complete after {:?}",
+        t0.elapsed()
+    );
+    sim.stop().await;
+}

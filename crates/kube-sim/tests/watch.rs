@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::{pod, server};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube_sim::{KubeSim, Options};
@@ -48,14 +50,31 @@ async fn watch_resumes_from_a_resource_version() {
     let a = cms.create(&PostParams::default(), &cm("a")).await.unwrap();
     let rv = a.metadata.resource_version.unwrap();
     cms.create(&PostParams::default(), &cm("b")).await.unwrap();
-    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await.unwrap();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
     cms.delete("b", &DeleteParams::default()).await.unwrap();
-    let mut s = cms.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let mut s = cms
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let mut got = Vec::new();
     for _ in 0..3 {
         got.push(name_of(&next_event(&mut s).await));
     }
-    assert_eq!(got, [("ADDED", "b".to_string()), ("MODIFIED", "a".into()), ("DELETED", "b".into())]);
+    assert_eq!(
+        got,
+        [
+            ("ADDED", "b".to_string()),
+            ("MODIFIED", "a".into()),
+            ("DELETED", "b".into())
+        ]
+    );
     // Live events follow.
     cms.create(&PostParams::default(), &cm("c")).await.unwrap();
     assert_eq!(name_of(&next_event(&mut s).await), ("ADDED", "c".into()));
@@ -67,7 +86,11 @@ async fn bookmarks_and_timeouts() {
     let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
     let a = cms.create(&PostParams::default(), &cm("a")).await.unwrap();
     let rv = a.metadata.resource_version.unwrap();
-    let mut s = cms.watch(&WatchParams::default().timeout(2), &rv).await.unwrap().boxed();
+    let mut s = cms
+        .watch(&WatchParams::default().timeout(2), &rv)
+        .await
+        .unwrap()
+        .boxed();
     match next_event(&mut s).await {
         WatchEvent::Bookmark(b) => assert_eq!(b.metadata.resource_version, rv),
         other => panic!("expected a bookmark, got {other:?}"),
@@ -84,15 +107,29 @@ async fn bookmarks_and_timeouts() {
 
 #[tokio::test]
 async fn too_old_resource_version_is_gone() {
-    let sim = KubeSim::start(Options { history_limit: 5, ..Default::default() }).await.unwrap();
+    let sim = KubeSim::start(Options {
+        history_limit: 5,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
     let first = cms.create(&PostParams::default(), &cm("x0")).await.unwrap();
     for i in 1..20 {
-        cms.create(&PostParams::default(), &cm(&format!("x{i}"))).await.unwrap();
+        cms.create(&PostParams::default(), &cm(&format!("x{i}")))
+            .await
+            .unwrap();
     }
     let rv = first.metadata.resource_version.unwrap();
-    let mut s = cms.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    match tokio::time::timeout(Duration::from_secs(10), s.next()).await.unwrap() {
+    let mut s = cms
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match tokio::time::timeout(Duration::from_secs(10), s.next())
+        .await
+        .unwrap()
+    {
         Some(Ok(WatchEvent::Error(e))) => {
             assert_eq!(e.code, 410);
             assert_eq!(e.reason, "Expired");
@@ -118,7 +155,13 @@ async fn streaming_list_and_selector_transitions() {
         match next_event(&mut s).await {
             WatchEvent::Added(o) => names.push(o.metadata.name.unwrap()),
             WatchEvent::Bookmark(b) => {
-                assert_eq!(b.metadata.annotations.get("k8s.io/initial-events-end").map(|s| s.as_str()), Some("true"));
+                assert_eq!(
+                    b.metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(|s| s.as_str()),
+                    Some("true")
+                );
                 break;
             }
             other => panic!("unexpected {other:?}"),
@@ -126,13 +169,25 @@ async fn streaming_list_and_selector_transitions() {
     }
     assert_eq!(names, ["s1", "s2"]);
     // Leaving the selector is a DELETED event for this watcher, entering it an ADDED.
-    cms.patch("s1", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"sel": "no"}}}))).await.unwrap();
+    cms.patch(
+        "s1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "no"}}})),
+    )
+    .await
+    .unwrap();
     let mut e = next_event(&mut s).await;
     while matches!(e, WatchEvent::Bookmark(_)) {
         e = next_event(&mut s).await;
     }
     assert_eq!(name_of(&e), ("DELETED", "s1".into()));
-    cms.patch("s1", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"sel": "yes"}}}))).await.unwrap();
+    cms.patch(
+        "s1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "yes"}}})),
+    )
+    .await
+    .unwrap();
     let mut e = next_event(&mut s).await;
     while matches!(e, WatchEvent::Bookmark(_)) {
         e = next_event(&mut s).await;
@@ -144,16 +199,28 @@ async fn streaming_list_and_selector_transitions() {
 async fn many_watchers_see_every_event_in_order() {
     let sim = server().await;
     let pods: Api<Pod> = Api::default_namespaced(sim.client());
-    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     let mut watchers = Vec::new();
     for _ in 0..8 {
-        let s = pods.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+        let s = pods
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
         watchers.push(tokio::spawn(async move {
             let mut s = s;
             let mut seen = Vec::new();
             while seen.len() < 200 {
                 match next_event(&mut s).await {
-                    WatchEvent::Added(p) => seen.push(p.metadata.resource_version.unwrap().parse::<u64>().unwrap()),
+                    WatchEvent::Added(p) => {
+                        seen.push(p.metadata.resource_version.unwrap().parse::<u64>().unwrap())
+                    }
                     WatchEvent::Bookmark(_) => {}
                     other => panic!("unexpected {other:?}"),
                 }
@@ -166,7 +233,9 @@ async fn many_watchers_see_every_event_in_order() {
             let pods = pods.clone();
             tokio::spawn(async move {
                 for i in 0..50 {
-                    pods.create(&PostParams::default(), &pod(&format!("w{w}-{i}"))).await.unwrap();
+                    pods.create(&PostParams::default(), &pod(&format!("w{w}-{i}")))
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -177,7 +246,10 @@ async fn many_watchers_see_every_event_in_order() {
     let mut first: Option<Vec<u64>> = None;
     for w in watchers {
         let seen = w.await.unwrap();
-        assert!(seen.windows(2).all(|p| p[0] < p[1]), "events in resourceVersion order");
+        assert!(
+            seen.windows(2).all(|p| p[0] < p[1]),
+            "events in resourceVersion order"
+        );
         match &first {
             None => first = Some(seen),
             Some(f) => assert_eq!(f, &seen, "every watcher sees the same events"),
@@ -190,12 +262,15 @@ async fn reflector_and_controller_run() {
     let sim = server().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sim.client());
     let (reader, writer) = reflector::store::<ConfigMap>();
-    let refl = reflector(writer, watcher(cms.clone(), watcher::Config::default())).applied_objects();
+    let refl =
+        reflector(writer, watcher(cms.clone(), watcher::Config::default())).applied_objects();
     let refl_task = tokio::spawn(async move {
         refl.try_for_each(|_| async { Ok(()) }).await.ok();
     });
     for i in 0..5 {
-        cms.create(&PostParams::default(), &cm(&format!("r{i}"))).await.unwrap();
+        cms.create(&PostParams::default(), &cm(&format!("r{i}")))
+            .await
+            .unwrap();
     }
     tokio::time::timeout(Duration::from_secs(10), async {
         while reader.state().len() < 5 {
@@ -216,9 +291,19 @@ async fn reflector_and_controller_run() {
                 let count = count.clone();
                 async move {
                     let name = obj.metadata.name.clone().unwrap();
-                    if obj.metadata.labels.as_ref().and_then(|l| l.get("seen")).is_none() {
-                        ctx.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"seen": "yes"}}})))
-                            .await?;
+                    if obj
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("seen"))
+                        .is_none()
+                    {
+                        ctx.patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"labels": {"seen": "yes"}}})),
+                        )
+                        .await?;
                     }
                     count.fetch_add(1, Ordering::SeqCst);
                     Ok::<_, kube::Error>(Action::await_change())
@@ -231,7 +316,10 @@ async fn reflector_and_controller_run() {
     let ctrl_task = tokio::spawn(ctrl);
     tokio::time::timeout(Duration::from_secs(15), async {
         loop {
-            let l = cms.list(&ListParams::default().labels("seen=yes")).await.unwrap();
+            let l = cms
+                .list(&ListParams::default().labels("seen=yes"))
+                .await
+                .unwrap();
             if l.items.len() == 5 {
                 break;
             }
@@ -243,4 +331,41 @@ async fn reflector_and_controller_run() {
     assert!(reconciled.load(Ordering::SeqCst) >= 5);
     ctrl_task.abort();
     refl_task.abort();
+}
+
+#[tokio::test]
+async fn event_recorder_creates_and_updates_a_series() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sim = server().await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client());
+    let p = pods
+        .create(&PostParams::default(), &pod("ev"))
+        .await
+        .unwrap();
+    let reporter = Reporter {
+        controller: "kube-sim-test".into(),
+        instance: None,
+    };
+    let recorder = Recorder::new(sim.client(), reporter);
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "SlurmError".into(),
+        note: Some("something failed".into()),
+        action: "Submit".into(),
+        secondary: None,
+    };
+    let r = p.object_ref(&());
+    recorder.publish(&ev, &r).await.unwrap();
+    recorder.publish(&ev, &r).await.unwrap();
+    let events: Api<K8sEvent> = Api::default_namespaced(sim.client());
+    let list = events
+        .list(&ListParams::default().fields("regarding.name=ev"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1, "one event with a series");
+    let e = &list.items[0];
+    assert_eq!(e.reason.as_deref(), Some("SlurmError"));
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
 }

@@ -258,3 +258,251 @@ async fn wait_pod_names(env: &Env, selector: &str, n: usize) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobset_pods_get_one_external_job_each() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "js", "annotations": {"slurmjob.slinky.slurm.net/job-name": "from-jobset"}},
+        "spec": {"replicatedJobs": [{"name": "worker", "replicas": 2, "template": {"spec": {
+            "parallelism": 1, "completions": 1,
+            "template": {"spec": {"schedulerName": e2e::SCHEDULER, "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}}}}}]}
+    }))
+    .await;
+    let names = wait_pod_names(&env, "jobset.sigs.k8s.io/jobset-name=js", 2).await;
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let ids: std::collections::BTreeSet<u32> = pods.iter().map(job_id_of).collect();
+    assert_eq!(ids.len(), 2);
+    for id in ids {
+        assert!(env.scontrol_job(id).contains("JobName=from-jobset"));
+    }
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    env.create(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
+        "metadata": {"name": "training", "annotations": {"slurmjob.slinky.slurm.net/job-name": "training-gang"}},
+        "spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}}]}
+    }))
+    .await;
+    env.create(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        "metadata": {"name": "training-workers"},
+        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": "training", "podGroupTemplateName": "workers"}},
+                 "schedulingPolicy": {"gang": {"minCount": 2}}}
+    }))
+    .await;
+    for i in 0..2 {
+        env.create_pod(pod(
+            &format!("training-{i}"),
+            json!({}),
+            json!({"schedulingGroup": {"podGroupName": "training-workers"}}),
+        ))
+        .await;
+    }
+    let pods = env
+        .wait_bound(&["training-0".into(), "training-1".into()], BIND_TIMEOUT)
+        .await;
+    let ids: std::collections::BTreeSet<u32> = pods.iter().map(job_id_of).collect();
+    assert_eq!(ids.len(), 1);
+    let id = *ids.first().unwrap();
+    let job = env.scontrol_job(id);
+    assert!(job.contains("JobName=training-gang"), "{job}");
+    assert!(job.contains("NumNodes=2"), "{job}");
+    // The PodGroup is marked scheduled.
+    let gvk = kube::api::GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(env.kube.clone(), e2e::NS, &ar);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let pg = api.get("training-workers").await.unwrap();
+        let scheduled = pg.data["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "PodGroupScheduled" && c["status"] == "True")
+        });
+        if scheduled {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "PodGroup not marked: {:?}",
+            pg.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaderworkerset_groups_are_one_job_each() {
+    let mut env = Env::start(6).await;
+    env.start_scheduler().await;
+    env.create(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "lws"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {
+            "schedulerName": e2e::SCHEDULER,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}}}}
+    }))
+    .await;
+    let names = wait_pod_names(&env, "leaderworkerset.sigs.k8s.io/name=lws", 6).await;
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let mut by_job: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for p in &pods {
+        let group = kube::ResourceExt::labels(p)["leaderworkerset.sigs.k8s.io/group-index"].clone();
+        by_job.entry(job_id_of(p)).or_default().push(group);
+    }
+    assert_eq!(by_job.len(), 2, "one job per LWS group");
+    for groups in by_job.values() {
+        assert_eq!(groups.len(), 3);
+        assert!(
+            groups.iter().all(|g| *g == groups[0]),
+            "a job holds one group: {groups:?}"
+        );
+    }
+    env.assert_consistent().await;
+}
+
+/// Wraps the real client; `submit` submits, then hangs, as if the scheduler died right after
+/// Slurm accepted the job and before the pods were labelled.
+struct DieAfterSubmit {
+    inner: slurm_rest::Client,
+    submitted: tokio::sync::mpsc::UnboundedSender<u32>,
+}
+
+impl slurm_bridge::scheduler::slurm_ops::SchedulerSlurm for DieAfterSubmit {
+    async fn submit(
+        &self,
+        desc: &slurm_rest::models::JobDescMsg,
+    ) -> Result<u32, slurm_rest::Error> {
+        let id =
+            slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::submit(&self.inner, desc).await?;
+        let _ = self.submitted.send(id);
+        std::future::pending().await
+    }
+    async fn update(
+        &self,
+        id: u32,
+        d: &slurm_rest::models::JobDescMsg,
+    ) -> Result<(), slurm_rest::Error> {
+        slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::update(&self.inner, id, d).await
+    }
+    async fn cancel(&self, id: u32) -> Result<(), slurm_rest::Error> {
+        slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::cancel(&self.inner, id).await
+    }
+}
+
+impl slurm_bridge::slurm::SlurmJobs for DieAfterSubmit {
+    async fn list_jobs(&self) -> Result<Vec<slurm_rest::models::JobInfo>, slurm_rest::Error> {
+        slurm_bridge::slurm::SlurmJobs::list_jobs(&self.inner).await
+    }
+    async fn job_states(
+        &self,
+    ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
+        slurm_bridge::slurm::SlurmJobs::job_states(&self.inner).await
+    }
+    async fn job(&self, id: u32) -> Result<Option<slurm_rest::models::JobInfo>, slurm_rest::Error> {
+        slurm_bridge::slurm::SlurmJobs::job(&self.inner, id).await
+    }
+}
+
+impl slurm_bridge::slurm::SlurmNodes for DieAfterSubmit {
+    async fn list_nodes(&self) -> Result<Vec<slurm_rest::models::Node>, slurm_rest::Error> {
+        slurm_bridge::slurm::SlurmNodes::list_nodes(&self.inner).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_killed_right_after_submit_makes_no_second_job() {
+    let mut env = Env::start(4).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    env.start_scheduler_with(DieAfterSubmit {
+        inner: e2e::rest_client(&env.slurm),
+        submitted: tx,
+    })
+    .await;
+    // A gang of 3 (coscheduling PodGroup) and a bare pod.
+    env.create(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "trio"}, "spec": {"minMember": 3}
+    }))
+    .await;
+    for i in 0..3 {
+        let mut p = pod(&format!("trio-{i}"), json!({}), json!({}));
+        p["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "trio"});
+        env.create_pod(p).await;
+    }
+    env.create_pod(pod("single", json!({}), json!({}))).await;
+    let mut submitted = Vec::new();
+    for _ in 0..2 {
+        let id = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("both groups submitted")
+            .unwrap();
+        submitted.push(id);
+    }
+    env.stop_scheduler().await;
+    // Killed between submit and label: Slurm has the jobs, the pods know nothing of them.
+    let pods = env.pods().list(&Default::default()).await.unwrap().items;
+    assert!(pods.iter().all(|p| {
+        !kube::ResourceExt::labels(p).contains_key("scheduler.slinky.slurm.net/slurm-jobid")
+    }));
+    submitted.sort();
+    let mut before = env.slurm_job_ids();
+    before.sort();
+    assert_eq!(before, submitted);
+
+    env.start_scheduler().await;
+    let names: Vec<String> = ["trio-0", "trio-1", "trio-2", "single"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let mut after = env.slurm_job_ids();
+    after.sort();
+    assert_eq!(after, submitted, "no second job after the restart");
+    let mut used: Vec<u32> = pods.iter().map(job_id_of).collect();
+    used.sort();
+    used.dedup();
+    assert_eq!(used, submitted);
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slurmrestd_outage_is_reported_and_recovered() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("before", json!({}), json!({}))).await;
+    env.wait_bound(&["before".into()], BIND_TIMEOUT).await;
+    let slurm = env.slurm.clone();
+    tokio::task::spawn_blocking(move || slurm.stop_slurmrestd())
+        .await
+        .unwrap()
+        .unwrap();
+    env.create_pod(pod("during", json!({}), json!({}))).await;
+    let message = env
+        .wait_condition("during", "SlurmUnavailable", Duration::from_secs(40))
+        .await;
+    assert!(!message.is_empty());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let slurm = env.slurm.clone();
+    tokio::task::spawn_blocking(move || slurm.start_slurmrestd())
+        .await
+        .unwrap()
+        .unwrap();
+    env.wait_bound(&["during".into()], BIND_TIMEOUT).await;
+    assert_eq!(
+        env.slurm_job_ids().len(),
+        2,
+        "one job per pod, nothing duplicated"
+    );
+    env.assert_consistent().await;
+}

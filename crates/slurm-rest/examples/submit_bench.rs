@@ -150,6 +150,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         t_jobs.as_secs_f64(),
         jobs.jobs.len()
     );
+    let stats = client.stats();
+    println!(
+        "slurm-rest: {} requests ({} retries, {} failed attempts)",
+        stats.requests, stats.retries, stats.failures
+    );
     drop(inst);
     Ok(())
 }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Path prefix of every endpoint of data parser v0.0.44.
@@ -37,12 +38,32 @@ pub struct Client {
 }
 
 struct Inner {
+    stats: Counters,
     http: Http,
     base: String,
     token: TokenProvider,
     user_name: Option<HeaderValue>,
     timeout: Duration,
     retry: RetryPolicy,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// Counts of HTTP exchanges a client (and its clones) made; for benchmarks that report Slurm
+/// calls per pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Requests sent (every attempt, retries included).
+    pub requests: u64,
+    /// Attempts that were retries of a transient failure.
+    pub retries: u64,
+    /// Attempts that failed (any error, before retrying).
+    pub failures: u64,
 }
 
 impl fmt::Debug for Client {
@@ -152,6 +173,7 @@ impl ClientBuilder {
             .build(connector);
         Ok(Client {
             inner: Arc::new(Inner {
+                stats: Counters::default(),
                 http: client,
                 base,
                 token: self.token,
@@ -225,8 +247,34 @@ impl Client {
         &self.inner.base
     }
 
-    /// One HTTP exchange: returns status and body of a 2xx answer, else the typed error.
+    /// Counts of requests made so far by this client and its clones.
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.inner.stats;
+        ClientStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// One HTTP exchange, counted.
     async fn attempt(
+        &self,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+    ) -> Result<(u16, Bytes), Error> {
+        let stats = &self.inner.stats;
+        stats.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.exchange(method, path, body).await;
+        if r.is_err() {
+            stats.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// One HTTP exchange: returns status and body of a 2xx answer, else the typed error.
+    async fn exchange(
         &self,
         method: &Method,
         path: &str,
@@ -305,6 +353,7 @@ impl Client {
                 e.is_transient() && (idempotent == Idempotent::Yes || e.not_sent())
             })
             .notify(|e: &Error, after: Duration| {
+                self.inner.stats.retries.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, retry_in_ms = after.as_millis() as u64, "slurmrestd call failed, retrying");
             })
             .await

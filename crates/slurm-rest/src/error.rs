@@ -105,6 +105,28 @@ impl Error {
         }
     }
 
+    /// An error with Slurm entries, classified as the client classifies slurmrestd's answers;
+    /// for fakes of Slurm in tests (e.g. entry 2073 gives [`ErrorKind::JobNotPending`]).
+    /// `context` names the call, e.g. `"POST /slurm/v0.0.44/job/5"`.
+    pub fn from_slurm(context: &str, http_status: u16, errors: Vec<SlurmErrorEntry>) -> Self {
+        let kind = classify(context, Some(http_status), &errors);
+        let detail = if errors.is_empty() {
+            format!("HTTP {http_status}")
+        } else {
+            format!("{} (HTTP {http_status})", describe(&errors))
+        };
+        let mut e = Error::new(kind, format!("{context}: {detail}"));
+        e.inner.status = Some(http_status);
+        e.inner.errors = errors;
+        e
+    }
+
+    /// An error of the given kind with a message and nothing else; for fakes in tests
+    /// (e.g. a [`ErrorKind::Transient`] "connection refused").
+    pub fn synthetic(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error::new(kind, message.into())
+    }
+
     /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
         self.inner.kind
@@ -422,6 +444,34 @@ mod tests {
         assert!(text.contains("Invalid job id specified"), "{text}");
         assert!(text.contains("HTTP 404"), "{text}");
         assert!(text.contains("2017"), "{text}");
+    }
+
+    #[test]
+    fn errors_for_fakes_classify_like_real_answers() {
+        let entry = SlurmErrorEntry {
+            error_number: Some(errno::JOB_NOT_PENDING),
+            error: Some("Job is no longer pending execution".into()),
+            ..Default::default()
+        };
+        let e = Error::from_slurm("POST /slurm/v0.0.44/job/5", 422, vec![entry]);
+        assert_eq!(e.kind(), ErrorKind::JobNotPending);
+        assert_eq!(e.http_status(), Some(422));
+        assert!(e.to_string().contains("no longer pending"), "{e}");
+        let e = Error::from_slurm("DELETE /slurm/v0.0.44/node/x", 404, vec![]);
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        let e = Error::synthetic(ErrorKind::Transient, "connection refused");
+        assert!(e.is_transient());
+        assert_eq!(e.to_string(), "connection refused");
+        assert_eq!(e.http_status(), None);
+    }
+
+    #[test]
+    fn invalid_node_name_depends_on_the_call() {
+        let b = body(errno::INVALID_NODE_NAME, "Invalid node name specified");
+        let node = Error::from_response("DELETE /slurm/v0.0.44/node/x", 422, &b);
+        assert_eq!(node.kind(), ErrorKind::NotFound);
+        let job = Error::from_response("POST /slurm/v0.0.44/job/5", 422, &b);
+        assert_eq!(job.kind(), ErrorKind::InvalidRequest);
     }
 
     #[test]

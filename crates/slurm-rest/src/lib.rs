@@ -22,7 +22,7 @@ pub mod models;
 mod retry;
 mod token;
 
-pub use client::{API_PREFIX, Client, ClientBuilder, TOKEN_HEADER, USER_HEADER};
+pub use client::{API_PREFIX, Client, ClientBuilder, ClientStats, TOKEN_HEADER, USER_HEADER};
 pub use error::{Error, ErrorKind, errno};
 pub use models::{SlurmErrorEntry, SlurmWarning};
 pub use retry::RetryPolicy;

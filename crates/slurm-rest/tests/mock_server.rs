@@ -56,6 +56,8 @@ async fn retries_transient_reads_but_not_submits() {
     let client = Client::builder(&m.url).retry(fast_retry()).build().unwrap();
     client.ping().await.unwrap();
     assert_eq!(m.seen.lock().unwrap().len(), 3);
+    let stats = client.clone().stats();
+    assert_eq!((stats.requests, stats.retries, stats.failures), (3, 2, 2));
 
     let m = mock(vec![unavailable.clone(), unavailable]).await;
     let client = Client::builder(&m.url).retry(fast_retry()).build().unwrap();

@@ -65,6 +65,8 @@ struct Entry {
     creating_indexes: HashSet<i32>,
     last_status: Option<serde_json::Value>,
     status_in_flight: bool,
+    /// The deadline a timer is already set for.
+    deadline_armed: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 enum Msg {
@@ -193,6 +195,7 @@ impl Controller {
                                 creating_indexes: HashSet::new(),
                                 last_status: None,
                                 status_in_flight: false,
+                                deadline_armed: None,
                             },
                         );
                     }
@@ -563,7 +566,10 @@ impl Controller {
         if let Some(d) = deadline_at
             && !past_deadline
             && !finished
+            && let Some(e) = self.jobs.get_mut(uid)
+            && e.deadline_armed != Some(d)
         {
+            e.deadline_armed = Some(d);
             let wait = Duration::from_millis(
                 d.duration_since(k8s_openapi::jiff::Timestamp::now())
                     .as_millis()

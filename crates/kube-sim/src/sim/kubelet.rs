@@ -69,6 +69,8 @@ enum TimerKind {
     Kill,
     /// A crashed container under restartPolicy Always/OnFailure starts again.
     Restart,
+    /// `spec.activeDeadlineSeconds` has passed (not invalidated by the pod's other timers).
+    Deadline,
 }
 
 #[derive(Debug)]
@@ -76,6 +78,7 @@ struct Timer {
     at: Instant,
     seq: u64,
     key: Key,
+    uid: String,
     gen_: u64,
     kind: TimerKind,
 }
@@ -341,9 +344,19 @@ impl Kubelet {
         let status = running_status(s, true);
         s.queue.push_back(Op::Status(status));
         let due = s.plan.duration.map(|d| s.run_started + d);
+        let deadline = s
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|p| p.active_deadline_seconds)
+            .filter(|d| *d > 0)
+            .map(|d| s.run_started + Duration::from_secs(d as u64));
         self.pump(key);
         if let Some(at) = due {
             self.schedule(key, at, TimerKind::Finish);
+        }
+        if let Some(at) = deadline {
+            self.schedule(key, at, TimerKind::Deadline);
         }
     }
 
@@ -421,6 +434,7 @@ impl Kubelet {
             at,
             seq: self.seq,
             key: key.clone(),
+            uid: s.uid.clone(),
             gen_: s.gen_,
             kind,
         }));
@@ -432,7 +446,9 @@ impl Kubelet {
             let Some(Reverse(t)) = self.timers.pop() else {
                 break;
             };
-            if self.pods.get(&t.key).is_some_and(|s| s.gen_ == t.gen_) {
+            if self.pods.get(&t.key).is_some_and(|s| {
+                s.uid == t.uid && (s.gen_ == t.gen_ || t.kind == TimerKind::Deadline)
+            }) {
                 self.fire(&t.key, t.kind);
             }
         }
@@ -479,6 +495,18 @@ impl Kubelet {
                 if let Some(at) = due {
                     self.schedule(key, at, TimerKind::Finish);
                 }
+            }
+            TimerKind::Deadline
+                if matches!(s.phase, Phase::Running | Phase::Waiting) && s.deleting.is_none() =>
+            {
+                s.gen_ += 1;
+                s.phase = Phase::Terminal;
+                let mut status = terminal_status(s, KILLED_EXIT_CODE);
+                status["status"]["reason"] = "DeadlineExceeded".into();
+                status["status"]["message"] =
+                    "Pod was active on the node longer than the specified deadline".into();
+                s.queue.push_back(Op::Status(status));
+                self.pump(key);
             }
             TimerKind::Kill => {
                 s.gen_ += 1;

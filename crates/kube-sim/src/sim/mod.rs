@@ -34,7 +34,8 @@
 //!   commands such as `echo`/`true` end at once; no command (the image's entrypoint) or an
 //!   unknown program runs until deleted. The pod ends when its longest container ends.
 //! - How it ends: exit code from annotation `kube-sim/exit-code`, else from the script, else
-//!   0. Exit 0 → Succeeded (reason Completed), otherwise Failed (reason Error). Containers
+//!   0. Exit 0 → Succeeded (reason Completed), otherwise Failed (reason Error). A pod's
+//!   `spec.activeDeadlineSeconds` kills it: Failed, reason DeadlineExceeded, exit 137. Containers
 //!   with `restartPolicy: Always` (or `OnFailure` with a non-zero code) are restarted in place
 //!   instead: `restartCount` grows, `lastState` records the exit, the pod stays Running.
 //! - Deletion (deletionTimestamp set): after min(grace period, remaining run) the pod is

@@ -30,10 +30,9 @@ use super::{SimConfig, SimError};
 /// ```
 /// Missing `cpu`, `memory` and `pods` capacities come from the flags (`--node-cpu`, ...).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum NodesFile {
-    Wrapped { nodes: Vec<NodeEntry> },
-    List(Vec<NodeEntry>),
+#[serde(deny_unknown_fields)]
+struct NodesFile {
+    nodes: Vec<NodeEntry>,
 }
 
 /// One node in the nodes file.
@@ -48,11 +47,11 @@ pub struct NodeEntry {
     /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-    /// Capacity by resource name.
-    #[serde(default)]
+    /// Capacity by resource name (quantities; plain numbers are accepted).
+    #[serde(default, deserialize_with = "quantity_map")]
     pub capacity: BTreeMap<String, String>,
     /// Allocatable by resource name; defaults to capacity.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "quantity_map")]
     pub allocatable: BTreeMap<String, String>,
     /// Taints on the node spec.
     #[serde(default)]
@@ -60,6 +59,23 @@ pub struct NodeEntry {
     /// `spec.unschedulable`.
     #[serde(default)]
     pub unschedulable: bool,
+}
+
+/// A map of quantities written as strings (`"16Gi"`) or numbers (`8`, `0.5`).
+fn quantity_map<'de, D>(d: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let raw: BTreeMap<String, serde_json::Value> = Deserialize::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => Ok((k, s)),
+            serde_json::Value::Number(n) => Ok((k, n.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "resource {k}: {other} is not a quantity"
+            ))),
+        })
+        .collect()
 }
 
 /// The node entries the configuration asks for: the file's if given, else `node-1`..`node-N`.
@@ -110,11 +126,13 @@ fn read_nodes_file(path: &Path) -> Result<Vec<NodeEntry>, SimError> {
 
 /// Parse the nodes file format (see [`NodesFile`]).
 pub fn parse_nodes_yaml(text: &str) -> Result<Vec<NodeEntry>, String> {
-    let file: NodesFile = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
-    Ok(match file {
-        NodesFile::Wrapped { nodes } => nodes,
-        NodesFile::List(nodes) => nodes,
-    })
+    let v: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    let r = if v.is_array() {
+        serde_json::from_value::<Vec<NodeEntry>>(v)
+    } else {
+        serde_json::from_value::<NodesFile>(v).map(|f| f.nodes)
+    };
+    r.map_err(|e| format!("{e} (expected `nodes:` with a list of entries with name, labels, annotations, capacity, allocatable, taints, unschedulable)"))
 }
 
 /// InternalIP of the `index`-th (0-based) simulated node.
@@ -300,7 +318,7 @@ mod tests {
 nodes:
   - name: gpu-1
     labels: {zone: a}
-    capacity: {cpu: "32", nvidia.com/gpu: "4"}
+    capacity: {cpu: "32", nvidia.com/gpu: 4, pods: 110}
     allocatable: {cpu: "31"}
     taints: [{key: dedicated, value: gpu, effect: NoSchedule}]
   - name: cpu-1
@@ -310,7 +328,8 @@ nodes:
         assert_eq!(entries[0].taints[0].effect, "NoSchedule");
         let list = parse_nodes_yaml("- name: a\n- name: b\n").unwrap();
         assert_eq!(list.len(), 2);
-        assert!(parse_nodes_yaml("nodes:\n  - name: a\n    colour: red\n").is_err());
+        let err = parse_nodes_yaml("nodes:\n  - name: a\n    colour: red\n").unwrap_err();
+        assert!(err.contains("colour"), "{err}");
 
         let dir = std::env::temp_dir().join(format!("kube-sim-nodes-{}", std::process::id()));
         std::fs::write(&dir, yaml).unwrap();
@@ -322,6 +341,7 @@ nodes:
         std::fs::remove_file(&dir).ok();
         assert_eq!(e[0].allocatable["cpu"], "31");
         assert_eq!(e[0].allocatable["nvidia.com/gpu"], "4");
+        assert_eq!(e[0].capacity["pods"], "110");
         assert_eq!(e[0].capacity["memory"], "16000Mi");
         assert_eq!(e[1].capacity["cpu"], "8");
     }

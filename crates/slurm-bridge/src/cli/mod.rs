@@ -28,6 +28,10 @@ pub struct Cli {
 pub enum Command {
     /// Dry run: read manifests and print the Slurm external job(s) they would become.
     Translate(translate::TranslateArgs),
+    /// The scheduler: binds the pods naming this scheduler to the nodes Slurm allocates.
+    Scheduler(scheduler::SchedulerArgs),
+    /// Everything in one process (for now the scheduler; the controllers and admission join later).
+    Run(scheduler::SchedulerArgs),
 }
 
 /// Load the config: the given path, else the default path when it exists, else the empty
@@ -48,14 +52,19 @@ pub fn load_config(path: Option<&Path>) -> Result<(Config, String), ConfigError>
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Long-running processes log their progress; the dry run only warnings.
+    let default_level = match cli.command {
+        Command::Translate(_) => "warn",
+        _ => "info,kube=warn,tower=warn,hyper=warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
-    let cli = Cli::parse();
     let (cfg, origin) = match load_config(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -64,6 +73,23 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Scheduler(args) | Command::Run(args) => {
+            eprintln!("note: using {origin}");
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: starting the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(scheduler::run(cfg, args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Translate(args) => {
             let stdin = std::io::stdin();
             let mut stdout = std::io::stdout().lock();

@@ -39,9 +39,78 @@ pub struct Ctx<S> {
     pub failures: Mutex<HashMap<String, u32>>,
     /// True while this replica holds the leader lease (always, without leader election).
     pub leader: AtomicBool,
+    /// Bumped on every node event, to invalidate cached placements.
+    pub node_generation: Arc<std::sync::atomic::AtomicU64>,
+    /// Placements by pod constraints, valid for one node generation and one Slurm node listing.
+    pub placements: Mutex<PlacementCache>,
+}
+
+/// Cached node filtering: the filter runs once per distinct set of pod constraints, not per pod.
+#[derive(Default)]
+pub struct PlacementCache {
+    valid_for: (u64, usize),
+    entries: HashMap<u64, Arc<CachedPlacement>>,
+}
+
+/// A placement as the job description and the user message need it.
+#[derive(Debug)]
+pub struct CachedPlacement {
+    pub feasible: usize,
+    pub nodes: usize,
+    /// `excluded_nodes` as one compressed host list (empty: nothing excluded).
+    pub excluded: Vec<String>,
+    /// Why nodes were rejected, for the pod's condition.
+    pub rejections: String,
 }
 
 impl<S: Slurm> Ctx<S> {
+    /// The placement for pods with these constraints, computed at most once per node
+    /// generation and Slurm node listing.
+    pub fn placement(&self, pods: &[k8s_openapi::api::core::v1::Pod]) -> Arc<CachedPlacement> {
+        use super::feasibility::{constraints_key, place};
+        let slurm_names = self.slurm_nodes.names();
+        let valid_for = (
+            self.node_generation.load(Ordering::Relaxed),
+            Arc::as_ptr(&slurm_names) as usize,
+        );
+        let key = constraints_key(pods);
+        {
+            let mut cache = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.valid_for != valid_for {
+                cache.valid_for = valid_for;
+                cache.entries.clear();
+            }
+            if let Some(p) = cache.entries.get(&key) {
+                return p.clone();
+            }
+        }
+        let nodes = self.nodes.state();
+        let p = place(pods, &nodes, &slurm_names, &[self.writer.toleration()]);
+        let cached = Arc::new(CachedPlacement {
+            feasible: p.feasible.len(),
+            nodes: nodes.len(),
+            excluded: if p.excluded.is_empty() {
+                Vec::new()
+            } else {
+                vec![slurm_rest::hostlist::compress(&p.excluded)]
+            },
+            rejections: p
+                .rejections
+                .iter()
+                .map(|(r, n)| format!("{n} {r}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+        let mut cache = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.valid_for == valid_for {
+            if cache.entries.len() > 4096 {
+                cache.entries.clear();
+            }
+            cache.entries.insert(key, cached.clone());
+        }
+        cached
+    }
+
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::Relaxed)
     }

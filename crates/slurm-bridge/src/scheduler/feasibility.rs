@@ -50,7 +50,6 @@ impl std::fmt::Display for Infeasible {
 /// Checks one node against one pod. `extra` tolerations count as the pod's own (the bridge
 /// toleration, which the pod gets before it is bound).
 pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasible> {
-    let spec = node.spec.clone().unwrap_or_default();
     let ready = node
         .status
         .as_ref()
@@ -60,28 +59,27 @@ pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasi
     if !ready {
         return Err(Infeasible::NotReady);
     }
-    let pod_spec = pod.spec.clone().unwrap_or_default();
-    let tolerations: Vec<&Toleration> = pod_spec
-        .tolerations
-        .iter()
-        .flatten()
-        .chain(extra.iter())
-        .collect();
-    if spec.unschedulable == Some(true) {
+    let pod_spec = pod.spec.as_ref();
+    let own = pod_spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    let tolerated = |taint: &Taint| own.iter().chain(extra).any(|tol| tolerates(tol, taint));
+    let spec = node.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable) == Some(true) {
         let t = Taint {
             key: "node.kubernetes.io/unschedulable".into(),
             effect: "NoSchedule".into(),
             ..Default::default()
         };
-        if !tolerations.iter().any(|tol| tolerates(tol, &t)) {
+        if !tolerated(&t) {
             return Err(Infeasible::Unschedulable);
         }
     }
-    for taint in spec.taints.iter().flatten() {
+    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
         if taint.effect == "PreferNoSchedule" {
             continue;
         }
-        if !tolerations.iter().any(|tol| tolerates(tol, taint)) {
+        if !tolerated(taint) {
             let value = taint.value.as_deref().unwrap_or("");
             return Err(Infeasible::UntoleratedTaint(format!(
                 "{}={}:{}",
@@ -89,15 +87,15 @@ pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasi
             )));
         }
     }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    if let Some(selector) = &pod_spec.node_selector
+    let empty = std::collections::BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    if let Some(selector) = pod_spec.and_then(|s| s.node_selector.as_ref())
         && !selector.iter().all(|(k, v)| labels.get(k) == Some(v))
     {
         return Err(Infeasible::NodeSelector);
     }
     let required = pod_spec
-        .affinity
-        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|na| {
             na.required_during_scheduling_ignored_during_execution
@@ -108,12 +106,58 @@ pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasi
         if !required
             .node_selector_terms
             .iter()
-            .any(|term| term_matches(term, &labels, name))
+            .any(|term| term_matches(term, labels, name))
         {
             return Err(Infeasible::NodeAffinity);
         }
     }
     Ok(())
+}
+
+/// What of a node placement reads (labels, taints, unschedulable, Ready), hashed: a change of
+/// anything else (status heartbeats) does not invalidate cached placements.
+pub fn fingerprint(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.as_str());
+    let spec = node.spec.as_ref();
+    let text = serde_json::json!([
+        node.metadata.labels,
+        spec.and_then(|s| s.taints.as_ref()),
+        spec.and_then(|s| s.unschedulable),
+        ready,
+    ])
+    .to_string();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// What of a pod decides where it may run: its nodeSelector, required node affinity and
+/// tolerations, as a hashable key (pods of a Job or a gang usually share one, so the filter runs
+/// once for all of them).
+pub fn constraints_key(pods: &[Pod]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let distinct: std::collections::BTreeSet<String> = pods
+        .iter()
+        .map(|p| {
+            let spec = p.spec.as_ref();
+            serde_json::json!([
+                spec.and_then(|s| s.node_selector.as_ref()),
+                spec.and_then(|s| s.affinity.as_ref())
+                    .and_then(|a| a.node_affinity.as_ref()),
+                spec.and_then(|s| s.tolerations.as_ref()),
+            ])
+            .to_string()
+        })
+        .collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    distinct.hash(&mut h);
+    h.finish()
 }
 
 /// Kubernetes toleration matching (`Toleration.ToleratesTaint`).

@@ -15,6 +15,8 @@ pub struct GroupGuard<'a> {
     owner: &'a GroupLocks,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
+    /// True when another holder had the lock first: what was read before may be stale.
+    pub waited: bool,
 }
 
 impl GroupLocks {
@@ -26,11 +28,15 @@ impl GroupLocks {
             .entry(key.to_string())
             .or_default()
             .clone();
-        let guard = lock.lock_owned().await;
+        let (guard, waited) = match lock.clone().try_lock_owned() {
+            Ok(g) => (g, false),
+            Err(_) => (lock.lock_owned().await, true),
+        };
         GroupGuard {
             owner: self,
             key: key.to_string(),
             guard: Some(guard),
+            waited,
         }
     }
 
@@ -68,10 +74,15 @@ mod tests {
         let inside = Arc::new(AtomicUsize::new(0));
         let max = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
+        let waited = Arc::new(AtomicUsize::new(0));
         for _ in 0..8 {
-            let (locks, inside, max) = (locks.clone(), inside.clone(), max.clone());
+            let (locks, inside, max, waited) =
+                (locks.clone(), inside.clone(), max.clone(), waited.clone());
             tasks.push(tokio::spawn(async move {
-                let _g = locks.lock("g").await;
+                let g = locks.lock("g").await;
+                if g.waited {
+                    waited.fetch_add(1, Ordering::SeqCst);
+                }
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 max.fetch_max(now, Ordering::SeqCst);
                 tokio::task::yield_now().await;
@@ -83,5 +94,7 @@ mod tests {
         }
         assert_eq!(max.load(Ordering::SeqCst), 1);
         assert!(locks.is_empty());
+        let first = locks.lock("h").await;
+        assert!(!first.waited, "an uncontended lock did not wait");
     }
 }

@@ -49,6 +49,8 @@ pub struct SchedulerOptions {
     pub concurrency: u16,
     /// Interval of the sweep that cancels jobs whose pods are gone.
     pub sweep_interval: Duration,
+    /// On shutdown, how long in-flight reconciles may finish before everything is stopped.
+    pub shutdown_grace: Duration,
 }
 
 impl SchedulerOptions {
@@ -59,6 +61,7 @@ impl SchedulerOptions {
             node_poll_interval: Duration::from_secs(10),
             concurrency: 64,
             sweep_interval: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -68,6 +71,8 @@ impl SchedulerOptions {
 pub struct SchedulerHandle {
     /// True once the job watcher, the node cache and the reflectors are synced.
     pub ready: tokio_watch::Receiver<bool>,
+    /// True once every task of the scheduler has stopped after shutdown.
+    pub stopped: tokio_watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -105,11 +110,33 @@ pub async fn run<S: Slurm>(
 
     let (node_store, node_writer) = reflector::store::<Node>();
     let nodes_api: Api<Node> = Api::all(client.clone());
+    let node_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let generation = node_generation.clone();
+    let mut fingerprints: std::collections::HashMap<String, u64> = Default::default();
     tasks.spawn(
         watcher(nodes_api, watcher::Config::default())
             .default_backoff()
             .reflect(node_writer)
-            .for_each(|_| futures::future::ready(())),
+            .for_each(move |event| {
+                // Only what placement reads invalidates cached placements (not heartbeats).
+                let changed = match &event {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        let name = n.metadata.name.clone().unwrap_or_default();
+                        let fp = feasibility::fingerprint(n);
+                        fingerprints.insert(name, fp) != Some(fp)
+                    }
+                    Ok(watcher::Event::Delete(n)) => {
+                        fingerprints.remove(n.metadata.name.as_deref().unwrap_or_default());
+                        true
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => true,
+                    Err(_) => false,
+                };
+                if changed {
+                    generation.fetch_add(1, Ordering::Relaxed);
+                }
+                futures::future::ready(())
+            }),
     );
 
     let (pod_store, pod_writer) = reflector::store::<Pod>();
@@ -139,6 +166,8 @@ pub async fn run<S: Slurm>(
         sent: Default::default(),
         failures: Default::default(),
         leader: AtomicBool::new(*leader.borrow()),
+        node_generation,
+        placements: Default::default(),
     });
 
     // Leadership changes flip the flag reconciles check.
@@ -214,11 +243,13 @@ pub async fn run<S: Slurm>(
             })
             .await;
     });
-    // On shutdown: let in-flight reconciles finish (up to 10 s), then stop every task.
+    // On shutdown: let in-flight reconciles finish (up to the grace period), then stop every task.
+    let (stopped_tx, stopped_rx) = tokio_watch::channel(false);
+    let grace = opts.shutdown_grace;
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let _ = tokio::time::timeout(grace, async {
             while let Some(res) = tasks.join_next().await {
                 if res.is_ok() {
                     break;
@@ -229,9 +260,11 @@ pub async fn run<S: Slurm>(
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
         tracing::info!("scheduler stopped");
+        stopped_tx.send_replace(true);
     });
     SchedulerHandle {
         ready: ready_rx_for_handle,
+        stopped: stopped_rx,
         metrics: handle_metrics,
     }
 }

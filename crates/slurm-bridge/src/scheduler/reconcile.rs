@@ -4,7 +4,7 @@
 
 use super::assign::{self, AssignError};
 use super::context::{Ctx, Slurm};
-use super::feasibility::{place, slurm_node_name};
+use super::feasibility::slurm_node_name;
 use super::pod_ops::reason;
 use crate::slurm::WatchedJob;
 use crate::wellknown::{ANNOTATION_SLURM_NODE, LABEL_SLURM_JOBID};
@@ -53,13 +53,25 @@ pub async fn reconcile<S: Slurm>(
         return Ok(Action::await_change());
     }
     let key = pod_key(&pod);
-    let tr = match translate(&ctx.reader, &pod).await {
+    let mut tr = match translate(&ctx.reader, &pod).await {
         Ok(t) => t,
         Err(e) => return translation_failed(&ctx, &pod, e).await,
     };
-    let _group = ctx.locks.lock(&tr.group_key).await;
+    let group = ctx.locks.lock(&tr.group_key).await;
+    if group.waited {
+        // Another pass of this group ran meanwhile (labelled, bound...): read the group again.
+        tr = match translate(&ctx.reader, &pod).await {
+            Ok(t) if t.group_key == tr.group_key => t,
+            Ok(_) => return Ok(Action::requeue(Duration::from_millis(100))),
+            Err(e) => return translation_failed(&ctx, &pod, e).await,
+        };
+        if tr.ir.pods.iter().any(|p| pod_key(p) == key && is_bound(p)) {
+            return Ok(Action::await_change());
+        }
+    }
+    let gang = gang_by_membership(&tr.gang, tr.ir.pods.len());
     let job = find_job(&ctx, &tr).await;
-    let action = match (&tr.gang, job) {
+    let action = match (&gang, job) {
         (GangStatus::Complete, None) => submit(&ctx, &pod, &tr).await?,
         (GangStatus::Complete, Some(job)) if job.allocated_nodes().is_some() => {
             bind_group(&ctx, &pod, &tr, &job).await?
@@ -72,6 +84,22 @@ pub async fn reconcile<S: Slurm>(
     };
     ctx.succeeded(&key);
     Ok(action)
+}
+
+/// Gang completeness from the group's live pods. The reference counts the pods that carry the
+/// translated pod's job id label, but labels are written pod by pod after a submit: a gang member
+/// reconciled in between saw "1 of 3" and cancelled the fresh job. Which pods a job stands for is
+/// its admin_comment's business; the gang is complete when enough pods exist.
+fn gang_by_membership(gang: &GangStatus, pods: usize) -> GangStatus {
+    match gang {
+        GangStatus::Incomplete { required, .. } if pods >= *required => GangStatus::Complete,
+        GangStatus::Incomplete { required, .. } => GangStatus::Incomplete {
+            ready: pods,
+            required: *required,
+            job_id: None,
+        },
+        other => other.clone(),
+    }
 }
 
 /// Backoff per pod; the error is also shown on the pod when it is Slurm's.
@@ -180,36 +208,23 @@ fn job_desc<S: Slurm>(
     ctx: &Ctx<S>,
     tr: &Translation,
 ) -> Result<slurm_rest::models::JobDescMsg, String> {
-    let nodes = ctx.nodes.state();
-    let slurm_nodes = ctx.slurm_nodes.names();
-    let placement = place(
-        &tr.ir.pods,
-        &nodes,
-        &slurm_nodes,
-        &[ctx.writer.toleration()],
-    );
+    let placement = ctx.placement(&tr.ir.pods);
     let needed = tr.ir.pods.len();
-    if placement.feasible.len() < needed {
-        let reasons: Vec<String> = placement
-            .rejections
-            .iter()
-            .map(|(r, n)| format!("{n} {r}"))
-            .collect();
+    if placement.feasible < needed {
         return Err(format!(
             "{}/{} nodes are available for {needed} pod(s) of {}{}{}",
-            placement.feasible.len(),
-            nodes.len(),
+            placement.feasible,
+            placement.nodes,
             tr.group_key,
-            if reasons.is_empty() { "" } else { ": " },
-            reasons.join(", ")
+            if placement.rejections.is_empty() {
+                ""
+            } else {
+                ": "
+            },
+            placement.rejections
         ));
     }
-    let excluded = if placement.excluded.is_empty() {
-        Vec::new()
-    } else {
-        vec![slurm_rest::hostlist::compress(&placement.excluded)]
-    };
-    Ok(tr.to_job_desc(&ctx.config, &excluded))
+    Ok(tr.to_job_desc(&ctx.config, &placement.excluded))
 }
 
 async fn submit<S: Slurm>(
@@ -334,10 +349,15 @@ async fn pending<S: Slurm>(
         }
     }
     label_all(ctx, tr, job.job_id).await?;
-    let why = job.state_reason.as_deref().unwrap_or("None");
-    let message = format!("Slurm job {} is pending: {why}", job.job_id);
-    report(ctx, pod, reason::SLURM_JOB_PENDING, &message).await;
-    Ok(Action::requeue(Duration::from_secs(30)))
+    // Shown once Slurm has given a reason (a just-submitted job is usually allocated before).
+    match job.state_reason.as_deref().filter(|r| *r != "None") {
+        Some(why) => {
+            let message = format!("Slurm job {} is pending: {why}", job.job_id);
+            report(ctx, pod, reason::SLURM_JOB_PENDING, &message).await;
+            Ok(Action::requeue(Duration::from_secs(30)))
+        }
+        None => Ok(Action::requeue(Duration::from_secs(5))),
+    }
 }
 
 async fn gang_not_ready<S: Slurm>(
@@ -347,6 +367,7 @@ async fn gang_not_ready<S: Slurm>(
     gang: &GangStatus,
     job: Option<Arc<WatchedJob>>,
 ) -> Result<Action, ReconcileError> {
+    let shrank = job.is_some();
     if let Some(job) = job {
         // The gang shrank below its minimum: the job no longer stands for a runnable group.
         tracing::info!(job_id = job.job_id, group = %tr.group_key, "gang below its minimum; cancelling its job");
@@ -365,9 +386,14 @@ async fn gang_not_ready<S: Slurm>(
         } => (
             reason::WAITING_FOR_GANG,
             format!(
-                "{}: {ready} of {required} pods of {}",
+                "{}: {ready} of {required} pods of {}{}",
                 gang.message(),
-                tr.group_key
+                tr.group_key,
+                if shrank {
+                    " (the gang shrank below its minimum; its Slurm job was cancelled)"
+                } else {
+                    ""
+                }
             ),
         ),
         GangStatus::Complete => (reason::WAITING_FOR_GANG, gang.message()),
@@ -457,4 +483,35 @@ async fn bind_group<S: Slurm>(
 /// The admin_comment pods of a job as `(namespace, name)`.
 pub fn comment_pods(comment: &AdminComment) -> impl Iterator<Item = (&str, &str)> {
     comment.pods.iter().filter_map(|p| p.split_once('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gang_completeness_counts_live_pods_not_labels() {
+        let labelled_short = GangStatus::Incomplete {
+            ready: 1,
+            required: 3,
+            job_id: Some(4),
+        };
+        assert_eq!(gang_by_membership(&labelled_short, 3), GangStatus::Complete);
+        assert_eq!(
+            gang_by_membership(&labelled_short, 2),
+            GangStatus::Incomplete {
+                ready: 2,
+                required: 3,
+                job_id: None
+            }
+        );
+        let closed = GangStatus::Closed {
+            phase: "Running".into(),
+        };
+        assert_eq!(gang_by_membership(&closed, 9), closed);
+        assert_eq!(
+            gang_by_membership(&GangStatus::Complete, 0),
+            GangStatus::Complete
+        );
+    }
 }

@@ -25,8 +25,15 @@ pub struct JobWatcherConfig {
     /// How often the reason of a pending job (Slurm's `state_reason`: Resources, Priority, ...)
     /// is refreshed; a reason change is not a state change, so polling states misses it.
     pub reason_interval: Duration,
-    /// Pending jobs whose reason is refreshed per poll at most (oldest first), to bound the cost.
+    /// Pending jobs whose reason is refreshed per batch at most (oldest first), to bound the cost.
     pub reason_batch: usize,
+    /// Time between two reason batches, however fast the poll.
+    pub reason_tick: Duration,
+    /// Poll interval while a job recorded (submitted) in the last `fast_window` is still pending,
+    /// so an allocation is seen within about this long: the scheduler's submit-to-bind latency.
+    pub fast_interval: Duration,
+    /// How long after a submit the watcher polls at `fast_interval`.
+    pub fast_window: Duration,
 }
 
 impl Default for JobWatcherConfig {
@@ -36,6 +43,9 @@ impl Default for JobWatcherConfig {
             fetch_concurrency: 16,
             reason_interval: Duration::from_secs(5),
             reason_batch: 20,
+            reason_tick: Duration::from_secs(1),
+            fast_interval: Duration::from_millis(100),
+            fast_window: Duration::from_secs(10),
         }
     }
 }
@@ -78,6 +88,12 @@ pub struct JobWatcher<S> {
     synced: watch::Sender<bool>,
     /// When each bridge job was last fetched.
     fetched_at: Mutex<HashMap<u32, std::time::Instant>>,
+    /// When a job was last recorded; drives the fast poll.
+    last_record: Mutex<Option<std::time::Instant>>,
+    /// Wakes the poll loop early after a record.
+    nudge: tokio::sync::Notify,
+    /// When pending reasons were last refreshed (see `reason_tick`).
+    last_reason_batch: Mutex<Option<std::time::Instant>>,
     pub stats: WatcherStats,
 }
 
@@ -92,6 +108,9 @@ impl<S: SlurmJobs> JobWatcher<S> {
             subscribers: Mutex::new(Vec::new()),
             synced: watch::channel(false).0,
             fetched_at: Mutex::new(HashMap::new()),
+            last_record: Mutex::new(None),
+            nudge: tokio::sync::Notify::new(),
+            last_reason_batch: Mutex::new(None),
             stats: WatcherStats::default(),
         })
     }
@@ -134,6 +153,24 @@ impl<S: SlurmJobs> JobWatcher<S> {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .upsert(job);
+        *self.last_record.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now());
+        self.nudge.notify_one();
+    }
+
+    /// The wait before the next poll: short while freshly submitted jobs may be allocated.
+    fn next_wait(&self) -> Duration {
+        let recent = self
+            .last_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() < self.config.fast_window);
+        let pending = recent && self.index().jobs().any(|j| j.is_pending());
+        if pending {
+            self.config.fast_interval.min(self.config.interval)
+        } else {
+            self.config.interval
+        }
     }
 
     /// Fetches one job now (after an update race, say), updates the index and emits its event.
@@ -187,13 +224,20 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
             }
         }
-        let mut ticker = tokio::time::interval(self.config.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
+            let started = tokio::time::Instant::now();
             if let Err(e) = self.poll_once().await {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "polling Slurm job states failed");
+            }
+            // Sleep the rest of the interval; a record (submit) cuts the slow wait short.
+            let wait = self.next_wait();
+            let until = started + wait;
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = self.nudge.notified(), if wait > self.config.fast_interval => {
+                    tokio::time::sleep_until(started + self.config.fast_interval.min(wait)).await;
+                }
             }
         }
     }
@@ -260,7 +304,18 @@ impl<S: SlurmJobs> JobWatcher<S> {
             }
         }
         // Pending jobs whose reason has not been looked at for a while, oldest first.
-        {
+        let reason_due = {
+            let mut last = self
+                .last_reason_batch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= self.config.reason_tick);
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if reason_due {
             let now = std::time::Instant::now();
             let index = self.index();
             let fetched = self.fetched_at.lock().unwrap_or_else(|e| e.into_inner());
@@ -520,6 +575,7 @@ mod tests {
         let cfg = JobWatcherConfig {
             reason_interval: Duration::ZERO,
             reason_batch: 2,
+            reason_tick: Duration::ZERO,
             ..Default::default()
         };
         let w = JobWatcher::new(table.clone(), cfg);

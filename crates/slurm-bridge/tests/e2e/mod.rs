@@ -96,6 +96,7 @@ impl Env {
         opts.job_poll_interval = Duration::from_millis(200);
         opts.node_poll_interval = Duration::from_secs(2);
         opts.sweep_interval = Duration::from_secs(2);
+        opts.shutdown_grace = Duration::from_millis(200);
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (ready_tx, _ready_rx) = watch::channel(false);
         let mut registry = Registry::default();
@@ -120,12 +121,16 @@ impl Env {
         self.handle = Some(handle);
     }
 
-    /// Stops the scheduler as a crash would: no cleanup of Kubernetes or Slurm state.
+    /// Stops the scheduler as a crash would: in-flight work is abandoned after 200 ms and no
+    /// Kubernetes or Slurm state is cleaned up.
     pub async fn stop_scheduler(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
-            // Let the supervisor abort the tasks.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut stopped = self.handle.take().expect("handle").stopped;
+            tokio::time::timeout(Duration::from_secs(10), stopped.wait_for(|s| *s))
+                .await
+                .expect("scheduler stopped")
+                .unwrap();
         }
     }
 
@@ -254,8 +259,8 @@ impl Env {
     }
 
     /// The invariants every test checks: each bound pod runs on the Kubernetes node behind one
-    /// of its Slurm job's allocated nodes, and each bridge job's admin_comment lists exactly the
-    /// pods labelled with its id.
+    /// of its Slurm job's allocated nodes, each bridge job's admin_comment lists exactly the pods
+    /// labelled with its id, and Slurm has no other job (none submitted twice or cancelled).
     pub async fn assert_consistent(&self) {
         let pods = self
             .pods()
@@ -282,6 +287,16 @@ impl Env {
                     );
                 }
             }
+        }
+        // Every job Slurm knows (any state) stands for labelled pods: no stray or cancelled
+        // duplicate was ever submitted.
+        let known: BTreeSet<u32> = by_job.keys().copied().collect();
+        for id in self.slurm_job_ids() {
+            assert!(
+                known.contains(&id),
+                "Slurm job {id} belongs to no pod: {}",
+                self.scontrol_job(id)
+            );
         }
         for (id, labelled) in by_job {
             let job = self.rest.job(id).await.expect("labelled job exists");

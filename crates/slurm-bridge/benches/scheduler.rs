@@ -1,0 +1,332 @@
+//! End-to-end benchmark on real Slurm: N external jobs submitted straight to slurmrestd (raw),
+//! against N pods created in kube-sim and bound by the `slurm-bridge scheduler` process (bridge).
+//!
+//! `cargo bench -p slurm-bridge --bench scheduler -- --pods 1000 [--poll 1s]`
+//!
+//! Prints both times and their ratio, Slurm REST calls per pod (from the scheduler's /metrics)
+//! and the scheduler's peak RSS (VmHWM of its process).
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use slurm_rest::models::{JobDescMsg, JobFlag, JobState, Shared};
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Args {
+    pods: u32,
+    poll: String,
+    skip_raw: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        pods: 1000,
+        poll: "1s".into(),
+        skip_raw: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--pods" => a.pods = it.next().and_then(|v| v.parse().ok()).expect("--pods N"),
+            "--poll" => a.poll = it.next().expect("--poll DURATION"),
+            "--skip-raw" => a.skip_raw = true,
+            "--bench" => {}
+            other => panic!("unknown argument {other}: use --pods N [--poll 1s] [--skip-raw]"),
+        }
+    }
+    a
+}
+
+fn start_slurm(nodes: u32) -> slurm_testenv::Instance {
+    slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
+        nodes,
+        ..Default::default()
+    })
+    .expect("start Slurm")
+}
+
+fn client(slurm: &slurm_testenv::Instance) -> slurm_rest::Client {
+    slurm_rest::Client::builder(slurm.rest_url())
+        .token(slurm_rest::TokenProvider::file(slurm.token_file()))
+        .build()
+        .unwrap()
+}
+
+async fn wait_all_running(rest: &slurm_rest::Client, n: usize) {
+    loop {
+        let states = rest.job_states().await.unwrap();
+        let running = states
+            .iter()
+            .filter(|s| s.state.contains(&JobState::Running))
+            .count();
+        if running >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// N external jobs of one node each, submitted by 4 concurrent clients.
+async fn raw(n: u32) -> (Duration, f64) {
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(n))
+        .await
+        .unwrap();
+    let rest = client(&slurm);
+    let started = Instant::now();
+    let submits = futures::stream::iter(0..n)
+        .map(|i| {
+            let rest = rest.clone();
+            async move {
+                let desc = JobDescMsg {
+                    flags: Some(vec![JobFlag::ExternalJob]),
+                    nodes: Some("1".into()),
+                    partition: Some("slurm-bridge".into()),
+                    admin_comment: Some(format!("{{\"pods\":[\"bench/raw-{i}\"]}}")),
+                    current_working_directory: Some("/tmp".into()),
+                    user_id: Some("0".into()),
+                    group_id: Some("0".into()),
+                    shared: Some(vec![Shared::None]),
+                    ..Default::default()
+                };
+                rest.submit_job(&desc).await.expect("submit")
+            }
+        })
+        .buffer_unordered(4)
+        .count()
+        .await;
+    let submit_rate = submits as f64 / started.elapsed().as_secs_f64();
+    wait_all_running(&rest, n as usize).await;
+    let elapsed = started.elapsed();
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+    (elapsed, submit_rate)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
+    Some((code, body))
+}
+
+/// Mean of a histogram from its `_sum` and `_count` lines.
+fn histogram_mean(metrics: &str, name: &str) -> f64 {
+    let value = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{suffix} ")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let count = value("_count");
+    if count > 0.0 {
+        value("_sum") / count
+    } else {
+        0.0
+    }
+}
+
+/// Sum of `slurm_bridge_scheduler_slurm_requests_total` over all labels.
+fn slurm_requests(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("slurm_bridge_scheduler_slurm_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn bridge(n: u32, poll: &str) -> (Duration, f64, u64, f64) {
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(n))
+        .await
+        .unwrap();
+    let sim = kube_sim::KubeSim::start(kube_sim::Options {
+        nodes: n as usize,
+        simulate: true,
+        ..Default::default()
+    })
+    .await
+    .expect("kube-sim");
+    let dir = std::env::temp_dir().join(format!("slurm-bridge-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: slurm-bridge-scheduler\nslurmRestApi: {}\npartition: slurm-bridge\n",
+            slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args([
+            "scheduler",
+            "--leader-elect=false",
+            "--slurm-poll-interval",
+            poll,
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--health-probe-bind-address")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("SLURM_JWT_FILE", slurm.token_file())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start slurm-bridge scheduler");
+    let pid = child.id();
+    let _guard = Killed(child);
+    loop {
+        if let Some((200, _)) = http_get(port, "/readyz").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    // Watch for bound pods before creating any.
+    let watch_pods = pods.clone();
+    let total = n as usize;
+    let bound = tokio::spawn(async move {
+        let mut seen = HashSet::new();
+        let stream = watcher(watch_pods, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(Ok(p)) = stream.next().await {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                seen.insert(p.metadata.name.clone().unwrap_or_default());
+                if seen.len() >= total {
+                    return Instant::now();
+                }
+            }
+        }
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let pods = pods.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("bench-{i}")},
+                    "spec": {"schedulerName": "slurm-bridge-scheduler",
+                             "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}
+                }))
+                .unwrap();
+                pods.create(&PostParams::default(), &pod).await.expect("create pod");
+            }
+        })
+        .buffer_unordered(16)
+        .count()
+        .await;
+    let done = bound.await.unwrap();
+    let elapsed = done.duration_since(started);
+    let metrics = http_get(port, "/metrics")
+        .await
+        .map(|x| x.1)
+        .unwrap_or_default();
+    let calls = slurm_requests(&metrics);
+    println!(
+        "        mean submit->allocation {:.3} s, allocation->bound {:.3} s (scheduler histograms)",
+        histogram_mean(
+            &metrics,
+            "slurm_bridge_scheduler_submit_to_allocation_seconds"
+        ),
+        histogram_mean(
+            &metrics,
+            "slurm_bridge_scheduler_allocation_to_bound_seconds"
+        ),
+    );
+    let rss = vm_hwm_kib(pid);
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(_guard);
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+    (
+        elapsed,
+        calls / n as f64,
+        rss,
+        n as f64 / elapsed.as_secs_f64(),
+    )
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let a = args();
+    println!(
+        "slurm-bridge scheduler benchmark: N = {} pods on {} nodes, job poll {}",
+        a.pods, a.pods, a.poll
+    );
+    let raw_time = if a.skip_raw {
+        None
+    } else {
+        let (t, rate) = raw(a.pods).await;
+        println!(
+            "raw:    {} external jobs straight to slurmrestd -> all RUNNING in {:.2} s (submit rate {:.0}/s)",
+            a.pods,
+            t.as_secs_f64(),
+            rate
+        );
+        Some(t)
+    };
+    let (t, calls_per_pod, rss_kib, rate) = bridge(a.pods, &a.poll).await;
+    println!(
+        "bridge: {} pods created in kube-sim -> all bound in {:.2} s ({:.0} pods/s, {:.2} ms per pod)",
+        a.pods,
+        t.as_secs_f64(),
+        rate,
+        t.as_secs_f64() * 1000.0 / f64::from(a.pods)
+    );
+    if let Some(raw) = raw_time {
+        println!(
+            "ratio bridge/raw: {:.2}",
+            t.as_secs_f64() / raw.as_secs_f64()
+        );
+    }
+    println!("Slurm REST calls per pod (scheduler): {calls_per_pod:.2}");
+    println!("scheduler peak RSS: {:.1} MiB", rss_kib as f64 / 1024.0);
+}
