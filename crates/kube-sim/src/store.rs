@@ -4,7 +4,7 @@
 //! collection, namespace termination).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -72,9 +72,40 @@ pub struct Event {
     /// Namespace of the object ("" when cluster scoped).
     pub ns: String,
     /// The object after the change (the last state for a deletion).
-    pub obj: Obj,
+    pub obj: EvObj,
     /// The object before the change, for MODIFIED (selector transitions).
-    pub old: Option<Obj>,
+    pub old: Option<EvObj>,
+}
+
+/// An object version as kept in the event history: its bytes, and its parsed value only
+/// while that version is the stored one (a superseded version is parsed again when a
+/// selector needs it), so the history costs little more than the bytes.
+#[derive(Debug, Clone)]
+pub struct EvObj {
+    /// The version serialised as JSON.
+    pub bytes: Bytes,
+    /// Its resourceVersion.
+    pub rv: u64,
+    value: Weak<Value>,
+}
+
+impl EvObj {
+    /// The parsed object.
+    pub fn value(&self) -> Arc<Value> {
+        self.value
+            .upgrade()
+            .unwrap_or_else(|| Arc::new(serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)))
+    }
+}
+
+impl From<&Obj> for EvObj {
+    fn from(o: &Obj) -> Self {
+        EvObj {
+            bytes: o.bytes.clone(),
+            rv: o.rv,
+            value: Arc::downgrade(&o.value),
+        }
+    }
 }
 
 type Key = (String, String);
@@ -289,8 +320,8 @@ impl Txn<'_> {
             kind,
             tid,
             ns: ns.to_string(),
-            obj,
-            old,
+            obj: EvObj::from(&obj),
+            old: old.as_ref().map(EvObj::from),
         });
         let inner = &mut *self.inner;
         inner.history.push_back(ev.clone());

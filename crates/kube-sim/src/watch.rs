@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::ApiError;
@@ -34,17 +35,28 @@ pub struct Filter {
 
 impl Filter {
     /// The bytes sent for an object: the object, or a one-row Table of it.
-    fn render<'a>(&self, rt: &ResourceType, o: &'a Obj) -> std::borrow::Cow<'a, [u8]> {
+    fn render<'a>(
+        &self,
+        rt: &ResourceType,
+        rv: u64,
+        bytes: &'a [u8],
+        value: impl FnOnce() -> Arc<Value>,
+    ) -> std::borrow::Cow<'a, [u8]> {
         if self.table {
-            let t = crate::table::table(rt, o.rv, None, std::iter::once(&*o.value));
+            let v = value();
+            let t = crate::table::table(rt, rv, None, std::iter::once(&*v));
             std::borrow::Cow::Owned(serde_json::to_vec(&t).unwrap_or_default())
         } else {
-            std::borrow::Cow::Borrowed(&o.bytes[..])
+            std::borrow::Cow::Borrowed(bytes)
         }
     }
 
     fn matches_obj(&self, o: &Obj) -> bool {
-        self.labels.matches(&o.value) && (self.fields.is_empty() || self.fields.matches(&o.value))
+        self.matches_value(&o.value)
+    }
+
+    fn matches_value(&self, v: &Value) -> bool {
+        self.labels.matches(v) && (self.fields.is_empty() || self.fields.matches(v))
     }
 
     /// The event type this watcher sees for `ev`, if any (selector transitions become
@@ -56,10 +68,13 @@ impl Filter {
         if self.labels.is_empty() && self.fields.is_empty() {
             return Some(ev.kind);
         }
-        let now = self.matches_obj(&ev.obj);
+        let now = self.matches_value(&ev.obj.value());
         match ev.kind {
             EventType::Modified => {
-                let before = ev.old.as_ref().is_some_and(|o| self.matches_obj(o));
+                let before = ev
+                    .old
+                    .as_ref()
+                    .is_some_and(|o| self.matches_value(&o.value()));
                 match (before, now) {
                     (true, true) => Some(EventType::Modified),
                     (false, true) => Some(EventType::Added),
@@ -129,7 +144,11 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
             None => {
                 for (_, o) in view.iter(filter.tid, filter.ns.as_deref(), None) {
                     if filter.matches_obj(o) {
-                        line(&mut first, "ADDED", &filter.render(&rt, o));
+                        line(
+                            &mut first,
+                            "ADDED",
+                            &filter.render(&rt, o.rv, &o.bytes, || o.value.clone()),
+                        );
                     }
                 }
                 let rv = view.rv();
@@ -149,7 +168,11 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
     };
     for ev in &backlog {
         if let Some(k) = filter.view(ev) {
-            line(&mut first, k.as_str(), &filter.render(&rt, &ev.obj));
+            line(
+                &mut first,
+                k.as_str(),
+                &filter.render(&rt, ev.obj.rv, &ev.obj.bytes, || ev.obj.value()),
+            );
         }
     }
     let mut last_rv = backlog.last().map(|e| e.rv).unwrap_or(start_rv);
@@ -176,7 +199,7 @@ pub fn watch(ctx: Arc<Ctx>, filter: Filter, q: &Query) -> Result<Response, ApiEr
                             Ok(ev) => {
                                 last_rv = ev.rv;
                                 if let Some(k) = filter.view(&ev) {
-                                    line(&mut buf, k.as_str(), &filter.render(&rt, &ev.obj));
+                                    line(&mut buf, k.as_str(), &filter.render(&rt, ev.obj.rv, &ev.obj.bytes, || ev.obj.value()));
                                 }
                             }
                             Err(broadcast::error::RecvError::Lagged(_)) => {

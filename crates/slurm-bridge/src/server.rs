@@ -17,16 +17,22 @@ struct Probe {
     registry: Arc<Registry>,
 }
 
-/// Serves the probes and metrics on `addr` until `shutdown` completes. `/readyz` answers 200 once
-/// `ready` is true (caches synced), 503 before.
+/// Binds the probe address (so a taken port fails at start, with its address).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("binding the probe address {addr}: {e}"))
+    })
+}
+
+/// Serves the probes and metrics on `listener` until `shutdown` completes. `/readyz` answers 200
+/// once `ready` is true (caches synced), 503 before.
 pub async fn serve(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     ready: watch::Receiver<bool>,
     registry: Arc<Registry>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = router(ready, registry);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

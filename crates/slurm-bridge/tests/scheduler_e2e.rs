@@ -506,3 +506,70 @@ async fn slurmrestd_outage_is_reported_and_recovered() {
     );
     env.assert_consistent().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_waiting_pod_cancels_its_job_and_completes_the_deletion() {
+    let mut env = Env::start(1).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("runs", json!({}), json!({}))).await;
+    env.wait_bound(&["runs".into()], BIND_TIMEOUT).await;
+    env.create_pod(pod("waits", json!({}), json!({}))).await;
+    env.wait_condition("waits", "SlurmJobPending", Duration::from_secs(30))
+        .await;
+    let waiting_job = job_id_of(&env.pods().get("waits").await.unwrap());
+    assert!(env.active_job_ids().contains(&waiting_job));
+    env.pods()
+        .delete("waits", &Default::default())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while env.pods().get_opt("waits").await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted pod stayed (finalizer)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while env.active_job_ids().contains(&waiting_job) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiting pod's job was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(env.scontrol_job(waiting_job).contains("JobState=CANCELLED"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_job_cancelled_under_its_pod_is_replaced() {
+    let mut env = Env::start(1).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("first", json!({}), json!({}))).await;
+    let first = env.wait_bound(&["first".into()], BIND_TIMEOUT).await;
+    env.create_pod(pod("second", json!({}), json!({}))).await;
+    env.wait_condition("second", "SlurmJobPending", Duration::from_secs(30))
+        .await;
+    let stale = job_id_of(&env.pods().get("second").await.unwrap());
+    // An admin cancels the pending job: the pod is labelled with a job that no longer stands for it.
+    env.slurm.run(&["scancel", &stale.to_string()]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let fresh = loop {
+        let id = job_id_of(&env.pods().get("second").await.unwrap());
+        if id != stale {
+            break id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new job after the cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(env.active_job_ids().contains(&fresh));
+    // When the node frees up, the pod runs under the new job.
+    env.slurm
+        .run(&["scancel", &job_id_of(&first[0]).to_string()])
+        .unwrap();
+    let second = env.wait_bound(&["second".into()], BIND_TIMEOUT).await;
+    assert_eq!(job_id_of(&second[0]), fresh);
+}

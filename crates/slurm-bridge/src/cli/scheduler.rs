@@ -101,6 +101,7 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
             "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
         );
     }
+    let listener = server::bind(args.health_probe_bind_address).await?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
@@ -140,7 +141,7 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
     )
     .await;
     let server = tokio::spawn(server::serve(
-        args.health_probe_bind_address,
+        listener,
         ready_rx,
         Arc::new(registry),
         wait(shutdown_rx.clone()),

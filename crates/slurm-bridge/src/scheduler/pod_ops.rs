@@ -104,6 +104,36 @@ impl PodWriter {
             .map(|_| ())
     }
 
+    /// Removes the bridge finalizer (every occurrence), keeping the others.
+    pub async fn remove_finalizer(&self, pod: &Pod) -> Result<(), kube::Error> {
+        if !pod.finalizers().iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let rest: Vec<&String> = pod
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .collect();
+        // Guarded by the resourceVersion: a concurrent finalizer change makes this a conflict
+        // (retried) rather than a lost update.
+        let patch = json!({"metadata": {
+            "finalizers": rest,
+            "resourceVersion": pod.resource_version(),
+        }});
+        match api_for(&self.client, pod)
+            .patch(
+                &pod.name_any(),
+                &params(&self.scheduler_name),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Removes the job id label and node annotation (the job was cancelled under the pod).
     pub async fn clear_job(&self, pod: &Pod) -> Result<(), kube::Error> {
         if !pod.labels().contains_key(LABEL_SLURM_JOBID)

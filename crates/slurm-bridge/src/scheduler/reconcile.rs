@@ -49,6 +49,9 @@ pub async fn reconcile<S: Slurm>(
     if !ctx.is_leader() {
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
+    if !is_bound(&pod) && pod.metadata.deletion_timestamp.is_some() {
+        return release_deleted(&ctx, &pod).await;
+    }
     if is_bound(&pod) || pod.metadata.deletion_timestamp.is_some() || is_terminal(&pod) {
         return Ok(Action::await_change());
     }
@@ -84,6 +87,37 @@ pub async fn reconcile<S: Slurm>(
     };
     ctx.succeeded(&key);
     Ok(action)
+}
+
+/// A pod deleted before it was bound: cancel its job unless another live pod of the job still
+/// needs it, then remove the bridge finalizer so the deletion completes (bound pods are the pod
+/// controller's business).
+async fn release_deleted<S: Slurm>(ctx: &Ctx<S>, pod: &Pod) -> Result<Action, ReconcileError> {
+    let key = pod_key(pod);
+    let jobs = ctx.watcher.index().active_for_pod(&key);
+    for job in jobs {
+        let mut others_alive = false;
+        for (ns, name) in comment_pods(&job.comment) {
+            if format!("{ns}/{name}") == key {
+                continue;
+            }
+            let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), ns);
+            if let Some(p) = api.get_opt(name).await?
+                && p.metadata.deletion_timestamp.is_none()
+                && !is_terminal(&p)
+            {
+                others_alive = true;
+                break;
+            }
+        }
+        if !others_alive {
+            tracing::info!(job_id = job.job_id, pod = %key, "pod deleted before it ran; cancelling its job");
+            ctx.slurm.cancel(job.job_id).await?;
+            ctx.watcher.refresh(job.job_id).await?;
+        }
+    }
+    ctx.writer.remove_finalizer(pod).await?;
+    Ok(Action::await_change())
 }
 
 /// Gang completeness from the group's live pods. The reference counts the pods that carry the

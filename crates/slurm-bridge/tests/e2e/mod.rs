@@ -92,6 +92,12 @@ impl Env {
     }
 
     pub async fn start_scheduler_with<S: Slurm>(&mut self, slurm: S) {
+        self.start_scheduler_led(slurm, watch::channel(true).1)
+            .await;
+    }
+
+    /// Starts the scheduler with the given leadership signal.
+    pub async fn start_scheduler_led<S: Slurm>(&mut self, slurm: S, leader: watch::Receiver<bool>) {
         let mut opts = SchedulerOptions::new(config(&self.slurm));
         opts.job_poll_interval = Duration::from_millis(200);
         opts.node_poll_interval = Duration::from_secs(2);
@@ -105,7 +111,7 @@ impl Env {
             slurm,
             opts,
             &mut registry,
-            watch::channel(true).1,
+            leader,
             ready_tx,
             async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
