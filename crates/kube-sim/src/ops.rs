@@ -354,6 +354,7 @@ pub async fn update(
         ));
     }
     let mut precondition: Option<String> = None;
+    let mut nameless_apply = false;
     let mut body = match &change {
         Change::Replace(v) => {
             let mut v = v.clone();
@@ -376,8 +377,14 @@ pub async fn update(
             let mut v = config.clone();
             check_type(&rt, &mut v)?;
             check_ns(&rt, &mut v, ns)?;
-            let n = meta::meta_str(&v, "name");
-            if n != name {
+            // kube-apiserver checks the name of the merged object, not of the body: a body
+            // without a name applies to the live object named in the URL (kube-lease-manager
+            // relies on this). Creating through apply still needs the name in the body.
+            let n = meta::meta_str(&v, "name").to_string();
+            if n.is_empty() {
+                nameless_apply = true;
+                meta::meta_mut(&mut v).insert("name".into(), json!(name));
+            } else if n != name {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({n}) does not match the name on the URL ({name})"
                 )));
@@ -389,6 +396,11 @@ pub async fn update(
         let found = ctx.store.read().get(tid, ns, name).cloned();
         let cur = match (found, &change, &body) {
             (Some(c), _, _) => c,
+            (None, Change::Apply { .. }, Some(_)) if nameless_apply => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object () does not match the name on the URL ({name})"
+                )));
+            }
             (None, Change::Apply { .. }, Some(config)) if !status_only => {
                 let obj = crate::ssa::apply(None, config, manager, "", true)
                     .map_err(|c| conflict_error(&rt, name, &c))?;

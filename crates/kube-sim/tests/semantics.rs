@@ -539,3 +539,41 @@ async fn server_side_apply_tracks_field_owners() {
         .await;
     assert_eq!(code(r), 422);
 }
+
+/// kube-apiserver checks the name of the merged object: an apply body without metadata.name
+/// changes the live object named in the URL (as kube-lease-manager sends it), but cannot create
+/// one.
+#[tokio::test]
+async fn server_side_apply_without_a_name_uses_the_live_object() {
+    let sim = server().await;
+    let leases: Api<Lease> = Api::default_namespaced(sim.client());
+    let nameless = |holder: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}})
+    };
+    let r = leases
+        .patch(
+            "fresh",
+            &PatchParams::apply("m"),
+            &Patch::Apply(nameless("a")),
+        )
+        .await;
+    assert_eq!(code(r), 400, "creating through a nameless apply is refused");
+    leases
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "fresh"}, "spec": {}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let l = leases
+        .patch(
+            "fresh",
+            &PatchParams::apply("m"),
+            &Patch::Apply(nameless("a")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(l.metadata.name.as_deref(), Some("fresh"));
+    assert_eq!(l.spec.unwrap().holder_identity.as_deref(), Some("a"));
+}
