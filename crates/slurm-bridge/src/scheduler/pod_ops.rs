@@ -7,8 +7,7 @@ use crate::wellknown::{
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 /// PodScheduled reasons the bridge sets (with Kubernetes' own `Unschedulable` family).
@@ -38,7 +37,8 @@ pub mod reason {
 pub struct PodWriter {
     client: Client,
     scheduler_name: String,
-    recorder: Recorder,
+    /// `reportingInstance` of Events: the pod name when set, else the host name.
+    instance: String,
 }
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
@@ -54,12 +54,8 @@ fn params(scheduler_name: &str) -> PatchParams {
 
 impl PodWriter {
     pub fn new(client: Client, scheduler_name: &str) -> Self {
-        let reporter = Reporter {
-            controller: scheduler_name.to_string(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         PodWriter {
-            recorder: Recorder::new(client.clone(), reporter),
+            instance: crate::leader::identity(),
             client,
             scheduler_name: scheduler_name.to_string(),
         }
@@ -245,22 +241,61 @@ impl PodWriter {
             .map(|_| ())
     }
 
-    /// Records an Event on the pod; failures are logged, never fatal.
+    /// Records an `events.k8s.io/v1` Event on the pod; failures are logged, never fatal. Plain
+    /// creates, unlike kube-runtime's `Recorder`, which keeps every event it sent in memory for
+    /// six minutes (tens of MiB with thousands of pods); the scheduler only reports changes, so
+    /// there are no repeats to aggregate.
     pub async fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let pod_name = pod.name_any();
+        let mut note = note;
+        if note.len() > 1024 {
+            let mut cut = 1021;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str("...");
+        }
+        let event = json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": format!("{pod_name}.{:x}", now.as_nanosecond()),
+                "namespace": pod.namespace(),
             },
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Scheduling".to_string(),
-            secondary: None,
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            "reportingController": self.scheduler_name,
+            "reportingInstance": self.instance,
+            "action": "Scheduling",
+            "reason": reason,
+            "note": note,
+            "type": if warning { "Warning" } else { "Normal" },
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace(),
+                "name": pod_name,
+                "uid": pod.uid(),
+                "resourceVersion": pod.resource_version(),
+            },
+        });
+        let gvk = kube::api::GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
+        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "events");
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &pod.namespace().unwrap_or_default(),
+            &ar,
+        );
+        let obj: kube::api::DynamicObject = match serde_json::from_value(event) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::debug!(error = %e, "encoding an event failed");
+                return;
+            }
         };
-        let reference = pod.object_ref(&());
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, pod = %pod.name_any(), "publishing an event failed");
+        if let Err(e) = api.create(&PostParams::default(), &obj).await {
+            tracing::debug!(error = %e, pod = %pod_name, "publishing an event failed");
         }
     }
 
