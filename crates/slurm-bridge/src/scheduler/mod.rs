@@ -189,17 +189,22 @@ pub async fn run<S: Slurm>(
     let watcher_for_gauge = job_watcher.clone();
     let triggers = async_stream_from(
         move |tx: futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>| async move {
+            let mut gauge_at: Option<std::time::Instant> = None;
             while let Some(event) = job_events.recv().await {
                 let job = event.job();
                 if job.allocated_nodes().is_some() {
                     pending_gauge.allocated(job.job_id);
                 }
-                let pending = watcher_for_gauge
-                    .index()
-                    .jobs()
-                    .filter(|j| j.is_pending())
-                    .count();
-                pending_gauge.pending_groups.set(pending as i64);
+                // Counting scans the index: at most once a second, not per event.
+                if gauge_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    gauge_at = Some(std::time::Instant::now());
+                    let pending = watcher_for_gauge
+                        .index()
+                        .jobs()
+                        .filter(|j| j.is_pending())
+                        .count();
+                    pending_gauge.pending_groups.set(pending as i64);
+                }
                 for (ns, name) in reconcile::comment_pods(&job.comment) {
                     let _ = tx.unbounded_send(ObjectRef::new(name).within(ns));
                 }

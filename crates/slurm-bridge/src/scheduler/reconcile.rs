@@ -390,7 +390,8 @@ async fn pending<S: Slurm>(
             report(ctx, pod, reason::SLURM_JOB_PENDING, &message).await;
             Ok(Action::requeue(Duration::from_secs(30)))
         }
-        None => Ok(Action::requeue(Duration::from_secs(5))),
+        // The watcher reports the reason (or the allocation) when it comes.
+        None => Ok(Action::requeue(Duration::from_secs(30))),
     }
 }
 
