@@ -6,7 +6,8 @@
 //! Prints both times and their ratio, Slurm REST calls per pod (from the scheduler's /metrics)
 //! and the scheduler's peak RSS (VmHWM of its process). With more pods than nodes (`--nodes`),
 //! the bridge phase waits until every node holds a pod and every other pod has its pending
-//! external job, then reports memory: the "10,000 pods on 1,000 nodes" case.
+//! external job, then reports memory: the "10,000 pods on 1,000 nodes" case. `BENCH_WORKERS=N`
+//! sets the scheduler's `--workers` (default 64).
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -281,6 +282,10 @@ async fn bridge(n: u32, nodes: u32, poll: &str) -> (Duration, f64, u64, f64) {
         .buffer_unordered(16)
         .count()
         .await;
+    println!(
+        "        all {n} pods created after {:.2} s (16 creations in flight)",
+        started.elapsed().as_secs_f64()
+    );
     let done = bound.await.unwrap();
     let elapsed = done.duration_since(started);
     let metrics = http_get(port, "/metrics")
