@@ -204,13 +204,13 @@ impl PodWriter {
     }
 
     /// Sets PodScheduled=False with `reason` and `message`, unless the pod already shows exactly
-    /// that.
+    /// that; returns whether it wrote.
     pub async fn set_unschedulable(
         &self,
         pod: &Pod,
         reason: &str,
         message: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<bool, kube::Error> {
         let current = pod
             .status
             .as_ref()
@@ -221,7 +221,7 @@ impl PodWriter {
                 && c.reason.as_deref() == Some(reason)
                 && c.message.as_deref() == Some(message)
         }) {
-            return Ok(());
+            return Ok(false);
         }
         let now = k8s_openapi::jiff::Timestamp::now();
         let patch = json!({"status": {"conditions": [{
@@ -238,7 +238,7 @@ impl PodWriter {
                 &Patch::Strategic(&patch),
             )
             .await
-            .map(|_| ())
+            .map(|_| true)
     }
 
     /// Records an `events.k8s.io/v1` Event on the pod; failures are logged, never fatal. Plain

@@ -184,17 +184,13 @@ async fn translation_failed<S: Slurm>(
 /// Shows a scheduling problem on the pod: the PodScheduled=False condition and a Warning event
 /// (only when the condition changes, so a waiting pod does not collect thousands of events).
 async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
-    let unchanged = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
-        .is_some_and(|c| c.reason.as_deref() == Some(why) && c.message.as_deref() == Some(message));
-    if unchanged {
-        return;
-    }
-    if let Err(e) = ctx.writer.set_unschedulable(pod, why, message).await {
-        tracing::debug!(pod = %pod_key(pod), error = %e, "setting PodScheduled failed");
+    match ctx.writer.set_unschedulable(pod, why, message).await {
+        Ok(true) => {}
+        // The pod already shows it: no second event.
+        Ok(false) => return,
+        Err(e) => {
+            tracing::debug!(pod = %pod_key(pod), error = %e, "setting PodScheduled failed");
+        }
     }
     let warning = why != reason::SLURM_JOB_PENDING && why != reason::WAITING_FOR_GANG;
     ctx.writer
