@@ -9,6 +9,7 @@
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
 use futures::StreamExt;
+use slurm_rest::models::JobInfo;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
@@ -177,16 +178,25 @@ impl<S: SlurmJobs> JobWatcher<S> {
     pub async fn refresh(&self, job_id: u32) -> Result<Option<Arc<WatchedJob>>, slurm_rest::Error> {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
         let info = self.source.job(job_id).await?;
+        Ok(self.absorb(job_id, info, true))
+    }
+
+    /// Puts what GET /job/{id} answered into the index and emits the event: `Changed` for a
+    /// bridge job (only when it differs, unless `always`), `Gone` for a bridge job that vanished
+    /// or is no longer the bridge's. Returns the bridge job.
+    fn absorb(&self, job_id: u32, info: Option<JobInfo>, always: bool) -> Option<Arc<WatchedJob>> {
         let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
         match info.as_ref().and_then(WatchedJob::from_info) {
             Some(job) => {
-                index.upsert(job);
-                let job = index.get(job_id);
+                let old = index.upsert(job);
+                let new = index.get(job_id);
                 drop(index);
-                if let Some(j) = &job {
+                if let Some(j) = &new
+                    && (always || old.as_deref() != Some(&**j))
+                {
                     self.emit(JobEvent::Changed(j.clone()));
                 }
-                Ok(job)
+                new
             }
             None => {
                 let old = index.remove(job_id);
@@ -197,7 +207,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 if let Some(old) = old {
                     self.emit(JobEvent::Gone(old));
                 }
-                Ok(None)
+                None
             }
         }
     }
@@ -379,34 +389,8 @@ impl<S: SlurmJobs> JobWatcher<S> {
                     .insert(id, std::time::Instant::now());
             }
             match result {
-                Ok(Some(info)) => match WatchedJob::from_info(&info) {
-                    Some(job) => {
-                        let (job_arc, changed) = {
-                            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
-                            let old = index.upsert(job);
-                            let new = index.get(id);
-                            let changed = old.as_deref() != new.as_deref();
-                            (new, changed)
-                        };
-                        if let Some(j) = job_arc.filter(|_| changed) {
-                            self.emit(JobEvent::Changed(j));
-                        }
-                    }
-                    None => self
-                        .index
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .mark_foreign(id),
-                },
-                Ok(None) => {
-                    let old = self
-                        .index
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(id);
-                    if let Some(old) = old {
-                        self.emit(JobEvent::Gone(old));
-                    }
+                Ok(info) => {
+                    self.absorb(id, info, false);
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -424,7 +408,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
 mod tests {
     use super::*;
     use crate::workload::admin_comment::AdminComment;
-    use slurm_rest::models::{JobInfo, JobState, JobStateEntry};
+    use slurm_rest::models::{JobState, JobStateEntry};
 
     /// An in-memory job table standing in for slurmctld in these unit tests (the end-to-end
     /// tests use real Slurm).
@@ -600,6 +584,26 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(events.try_recv().is_err(), "unchanged jobs emit nothing");
+    }
+
+    #[tokio::test]
+    async fn a_job_that_stops_being_the_bridges_is_gone_not_kept() {
+        let table = Arc::new(Table::default());
+        table.jobs.lock().unwrap().push(info(
+            8,
+            JobState::Pending,
+            &bridge_comment("g8", "ns/h"),
+            "",
+        ));
+        let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+        let mut events = w.subscribe();
+        w.initial_sync().await.unwrap();
+        // Someone rewrites the admin_comment and the state changes: the poll fetches it.
+        table.jobs.lock().unwrap()[0] = info(8, JobState::Running, "by hand", "node-1");
+        w.poll_once().await.unwrap();
+        assert!(matches!(events.try_recv().unwrap(), JobEvent::Gone(j) if j.job_id == 8));
+        assert!(w.index().get(8).is_none());
+        assert!(w.index().is_foreign(8));
     }
 
     #[tokio::test]
