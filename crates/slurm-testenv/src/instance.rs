@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeSpec;
 use crate::paths::run_dir;
 use crate::process::{self, ProcId};
-use crate::rootfs::{self, REST_USER, Rootfs};
+use crate::rootfs::{self, REST_USER, Rootfs, tail_of};
 use crate::{http, ports, sandbox};
 use std::fs;
 use std::io::Read;
@@ -107,15 +107,6 @@ fn validate_name(name: &str) -> Result<()> {
     } else {
         Err(Error::InvalidName { name: name.into() })
     }
-}
-
-fn tail_of(path: &Path, lines: usize) -> String {
-    let mut text = String::new();
-    if let Ok(mut f) = fs::File::open(path) {
-        let _ = f.read_to_string(&mut text);
-    }
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 fn write_secret(path: &Path, data: &[u8]) -> Result<()> {

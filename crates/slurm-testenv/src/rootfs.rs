@@ -134,8 +134,10 @@ pub fn remove_tree(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn tail_of(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
+/// The last `lines` lines of a log file, for error messages (empty when unreadable).
+pub(crate) fn tail_of(path: &Path, lines: usize) -> String {
+    let bytes = fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

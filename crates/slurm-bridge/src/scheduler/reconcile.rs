@@ -11,6 +11,7 @@ use crate::wellknown::{ANNOTATION_SLURM_NODE, LABEL_SLURM_JOBID};
 use crate::workload::admin_comment::AdminComment;
 use crate::workload::ir::pod_key;
 use crate::workload::job_desc::admin_comment;
+use crate::workload::kinds::is_terminal;
 use crate::workload::{GangStatus, TranslateError, Translation, kind, translate};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -149,13 +150,6 @@ fn is_bound(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty())
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 async fn translation_failed<S: Slurm>(
