@@ -10,10 +10,11 @@ pub fn get_status(port: u16, path: &str, token: &str) -> std::io::Result<u16> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
+    // One write: slurmrestd mishandles a request split over several segments (500, or a reset).
+    let request = format!(
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-SLURM-USER-TOKEN: {token}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
-    )?;
+    );
+    stream.write_all(request.as_bytes())?;
     let mut head = [0u8; 64];
     let n = stream.read(&mut head)?;
     parse_status(&head[..n])

@@ -19,10 +19,11 @@ fn start(nodes: u32) -> Instance {
 fn http_status(url: &str, path: &str, token: &str) -> std::io::Result<u16> {
     let hostport = url.trim_start_matches("http://");
     let mut s = TcpStream::connect(hostport)?;
-    write!(
-        s,
+    // One write: slurmrestd mishandles a request split over several segments (500, or a reset).
+    let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {hostport}\r\nX-SLURM-USER-TOKEN: {token}\r\nConnection: close\r\n\r\n"
-    )?;
+    );
+    s.write_all(request.as_bytes())?;
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     Ok(buf
