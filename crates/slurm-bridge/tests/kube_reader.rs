@@ -1,6 +1,6 @@
-//! `KubeReader` (the kube-rs client the scheduler uses) against kube-sim, an API server:
-//! the fixtures created in the server translate exactly as `translate` translates them
-//! from the files.
+//! `KubeReader` (the kube-rs client the scheduler uses) against a real kube-apiserver
+//! (kube-testenv): the fixtures created in the server translate exactly as `translate`
+//! translates them from the files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(p).unwrap()
 }
 
-/// Create every object of the reader in the server, owners first, with owner uids
+/// Create every object of the reader in the server, owners (and Workloads) first, with owner uids
 /// rewritten to the server's uids.
 async fn create_all(client: &kube::Client, reader: &ManifestReader) {
     let ns_api: Api<DynamicObject> = Api::all_with(
@@ -51,6 +51,8 @@ async fn create_all(client: &kube::Client, reader: &ManifestReader) {
         ns_api.create(&PostParams::default(), &obj).await.unwrap();
     }
     let mut pending: Vec<ObjectRef> = reader.objects().into_iter().collect();
+    // A PodGroup names its Workload, which kube-apiserver requires to exist first.
+    pending.sort_by_key(|r| r.kind != "Workload");
     let mut uids: BTreeMap<(String, String, String), String> = BTreeMap::new();
     while !pending.is_empty() {
         let before = pending.len();
@@ -107,13 +109,18 @@ fn comparable(desc: &slurm_rest::models::JobDescMsg) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_reader_translates_like_the_manifest_reader() {
-    let sim = kube_sim::KubeSim::start(kube_sim::Options {
-        simulate: false,
+    // The fixtures include the pods of their Jobs, Deployments and ReplicaSets, so the
+    // controllers that would make their own are off.
+    let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions {
+        controllers: Some(
+            "*,-job-controller,-deployment-controller,-replicaset-controller,-statefulset-controller"
+                .into(),
+        ),
         ..Default::default()
     })
     .await
     .unwrap();
-    let client = sim.client();
+    let client = env.client();
     let cfg = Config {
         partition: "slurm-bridge".into(),
         mcs_label: "kubernetes".into(),
@@ -184,5 +191,5 @@ async fn kube_reader_translates_like_the_manifest_reader() {
     // A kind outside the built-in table is found through discovery.
     let cm = ObjectRef::new("v1", "ConfigMap", "slurm-bridge", "absent");
     assert_eq!(kube.get(&cm).await, Err(ReadError::NotFound(cm.clone())));
-    sim.stop().await;
+    drop(env);
 }

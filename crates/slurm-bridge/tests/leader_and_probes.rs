@@ -1,4 +1,4 @@
-//! Leader election on a Lease (kube-sim, real kube-rs client), leader gating of the scheduler on
+//! Leader election on a Lease (real kube-apiserver from kube-testenv), leader gating of the scheduler on
 //! real Slurm, and the /healthz, /readyz and /metrics endpoints.
 
 mod e2e;
@@ -12,16 +12,13 @@ use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_of_two_candidates_leads() {
-    let sim = kube_sim::KubeSim::start(kube_sim::Options {
-        simulate: false,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let a = slurm_bridge::leader::elect(sim.client(), "default", "sched", "replica-a")
+    let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::default())
         .await
         .unwrap();
-    let b = slurm_bridge::leader::elect(sim.client(), "default", "sched", "replica-b")
+    let a = slurm_bridge::leader::elect(env.client(), "default", "sched", "replica-a")
+        .await
+        .unwrap();
+    let b = slurm_bridge::leader::elect(env.client(), "default", "sched", "replica-b")
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -40,7 +37,7 @@ async fn exactly_one_of_two_candidates_leads() {
         "replica-b"
     };
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(sim.client(), "default");
+        kube::Api::namespaced(env.client(), "default");
     let lease = leases.get("sched").await.unwrap();
     assert_eq!(
         lease.spec.unwrap().holder_identity.as_deref(),

@@ -1,5 +1,5 @@
-//! The scheduler end to end: real Slurm (slurm-testenv) and kube-sim, through the real kube-rs
-//! client. Each test checks the invariants of `Env::assert_consistent`.
+//! The scheduler end to end: real Slurm (slurm-testenv) and a real Kubernetes control plane
+//! (kube-testenv), through the kube-rs client. Each test checks the invariants of `Env::assert_consistent`.
 
 mod e2e;
 
@@ -85,10 +85,18 @@ async fn coscheduling_gang_is_submitted_only_when_complete() {
     for i in 0..3 {
         env.create_pod(member(i)).await;
     }
-    let message = env
-        .wait_condition("gang-0", "WaitingForGang", Duration::from_secs(30))
-        .await;
-    assert!(message.contains("3 of 4"), "{message}");
+    // The scheduler may see gang-0 before the other members exist: wait for the count to reach 3.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let message = env
+            .wait_condition("gang-0", "WaitingForGang", Duration::from_secs(30))
+            .await;
+        if message.contains("3 of 4") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{message}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         env.slurm_job_ids().is_empty(),
         "nothing submitted for an incomplete gang"
@@ -261,7 +269,7 @@ async fn wait_pod_names(env: &Env, selector: &str, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobset_pods_get_one_external_job_each() {
-    let mut env = Env::start(2).await;
+    let mut env = Env::start_with_workload_controllers(2).await;
     env.start_scheduler().await;
     env.create(json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
@@ -343,7 +351,7 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaderworkerset_groups_are_one_job_each() {
-    let mut env = Env::start(6).await;
+    let mut env = Env::start_with_workload_controllers(6).await;
     env.start_scheduler().await;
     env.create(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
@@ -572,4 +580,39 @@ async fn a_pending_job_cancelled_under_its_pod_is_replaced() {
         .unwrap();
     let second = env.wait_bound(&["second".into()], BIND_TIMEOUT).await;
     assert_eq!(job_id_of(&second[0]), fresh);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_pod_waits_for_its_gates_to_be_removed() {
+    let mut env = Env::start(1).await;
+    env.start_scheduler().await;
+    env.create_pod(pod(
+        "gated",
+        json!({}),
+        json!({"schedulingGates": [{"name": "example.com/quota"}]}),
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        env.slurm_job_ids().is_empty(),
+        "no Slurm job for a gated pod"
+    );
+    let p = env.pods().get("gated").await.unwrap();
+    assert!(!e2e::node_name_is_set(&p));
+    assert_eq!(
+        e2e::scheduled_condition(&p).map(|c| c.1),
+        Some("SchedulingGated".to_string()),
+        "kube-apiserver's own condition stays"
+    );
+    // Removing the gate (the only change the API allows to gates) lets it schedule.
+    env.pods()
+        .patch(
+            "gated",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_bound(&["gated".into()], BIND_TIMEOUT).await;
+    env.assert_consistent().await;
 }

@@ -24,7 +24,7 @@ pub mod mirror;
 mod node;
 pub mod paths;
 mod ports;
-mod process;
+pub mod process;
 pub mod rootfs;
 mod sandbox;
 

@@ -73,6 +73,11 @@ pub async fn reconcile<S: Slurm>(
             return Ok(Action::await_change());
         }
     }
+    if tr.ir.pods.iter().any(|p| is_gated(p)) {
+        // As kube-scheduler: a pod with scheduling gates is not scheduled (kube-apiserver refuses
+        // to bind it), and neither is its group; removing the last gate is a pod update.
+        return Ok(Action::await_change());
+    }
     let gang = gang_by_membership(&tr.gang, tr.ir.pods.len());
     let job = find_job(&ctx, &tr).await;
     let action = match (&gang, job) {
@@ -508,6 +513,14 @@ async fn bind_group<S: Slurm>(
 /// The admin_comment pods of a job as `(namespace, name)`.
 pub fn comment_pods(comment: &AdminComment) -> impl Iterator<Item = (&str, &str)> {
     comment.pods.iter().filter_map(|p| p.split_once('/'))
+}
+
+/// True when the pod still has `spec.schedulingGates`.
+fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 #[cfg(test)]

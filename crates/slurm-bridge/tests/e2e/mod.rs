@@ -1,5 +1,6 @@
-//! End-to-end harness: real Slurm (slurm-testenv), kube-sim with its simulated kubelet and
-//! workload controllers, the real kube-rs client, and the scheduler in-process.
+//! End-to-end harness: real Slurm (slurm-testenv), a real Kubernetes control plane
+//! (kube-testenv: kube-apiserver, etcd, kube-controller-manager, the node agent and, on request,
+//! the JobSet and LeaderWorkerSet controllers), the kube-rs client, and the scheduler in-process.
 
 #![allow(dead_code)]
 
@@ -23,7 +24,7 @@ pub const NS: &str = "default";
 
 pub struct Env {
     pub slurm: Arc<slurm_testenv::Instance>,
-    pub sim: kube_sim::KubeSim,
+    pub kube_env: kube_testenv::Instance,
     pub kube: Client,
     pub rest: slurm_rest::Client,
     stop: Option<watch::Sender<bool>>,
@@ -48,36 +49,35 @@ pub fn rest_client(slurm: &slurm_testenv::Instance) -> slurm_rest::Client {
 }
 
 impl Env {
-    /// Real Slurm with `nodes` external nodes and kube-sim with the same node names.
+    /// Real Slurm with `nodes` external nodes and a real control plane with the same node names.
     pub async fn start(nodes: u32) -> Env {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "info,kube=warn".into()),
-            )
-            .with_test_writer()
-            .try_init();
+        Self::start_with(nodes, false).await
+    }
+
+    /// As [`Env::start`], with the JobSet and LeaderWorkerSet controllers running too.
+    pub async fn start_with_workload_controllers(nodes: u32) -> Env {
+        Self::start_with(nodes, true).await
+    }
+
+    async fn start_with(nodes: u32, workload_controllers: bool) -> Env {
+        init_tracing();
         let slurm = tokio::task::spawn_blocking(move || {
             slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
                 nodes,
                 ..Default::default()
             })
-        })
-        .await
-        .unwrap()
-        .expect("start Slurm");
-        let sim = kube_sim::KubeSim::start(kube_sim::Options {
-            nodes: nodes as usize,
-            simulate: true,
-            ..Default::default()
-        })
-        .await
-        .expect("start kube-sim");
-        let kube = sim.client();
+        });
+        let mut opts = kube_testenv::InstanceOptions::with_nodes(nodes as usize);
+        opts.workload_controllers = workload_controllers;
+        let kube_env = kube_testenv::Instance::start(opts)
+            .await
+            .expect("start the Kubernetes control plane");
+        let slurm = slurm.await.unwrap().expect("start Slurm");
+        let kube = kube_env.client();
         let rest = rest_client(&slurm);
         Env {
             slurm: Arc::new(slurm),
-            sim,
+            kube_env,
             kube,
             rest,
             stop: None,
@@ -311,6 +311,17 @@ impl Env {
             assert_eq!(listed, labelled, "job {id}: admin_comment vs labelled pods");
         }
     }
+}
+
+/// Test logs (`RUST_LOG`, default info) go to the test's captured output.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
 }
 
 impl Drop for Env {

@@ -1,0 +1,336 @@
+//! Node heartbeats and membership: renews each served node's Lease, refreshes its conditions'
+//! `lastHeartbeatTime`, and watches Nodes so that a node deleted by someone is dropped (not
+//! recreated): no more heartbeats, and the kubelet stops serving its pods.
+//!
+//! This task owns the set of served nodes; the kubelet learns of changes only from it, so
+//! additions and removals reach the kubelet in the order they happened.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use kube::api::Patch;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::AgentOptions;
+use super::kubelet::KubeletCmd;
+use super::nodes::{LEASE_NAMESPACE, build_lease, heartbeat_patch, lease_renew_patch};
+use super::util;
+
+/// A node registered through the API, to be served from now on.
+#[derive(Debug)]
+pub struct Registered {
+    pub name: String,
+    pub uid: String,
+    pub index: usize,
+}
+
+#[derive(Debug)]
+struct Served {
+    uid: String,
+    /// The node watch's list epoch when the node was added: a re-list that began before
+    /// cannot tell whether the node exists.
+    added_epoch: u64,
+    /// Conditions as last seen by the watch.
+    conditions: Option<Vec<NodeCondition>>,
+    lease_busy: bool,
+    status_busy: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lease,
+    Status,
+}
+
+struct Done {
+    name: String,
+    uid: String,
+    kind: Kind,
+    result: Result<(), kube::Error>,
+}
+
+/// The heartbeat task.
+pub struct Heartbeat {
+    nodes_api: Api<Node>,
+    leases_api: Api<Lease>,
+    opts: AgentOptions,
+    cmds: mpsc::UnboundedReceiver<Registered>,
+    kubelet: mpsc::UnboundedSender<KubeletCmd>,
+    served: HashMap<String, Served>,
+    epoch: u64,
+    /// Name → UID of the nodes seen since the current re-list began.
+    relist: Option<HashMap<String, String>>,
+    writes: JoinSet<Done>,
+    sem: Arc<Semaphore>,
+}
+
+impl Heartbeat {
+    /// A heartbeat task serving no node yet; nodes come through `cmds`.
+    pub fn new(
+        client: kube::Client,
+        opts: AgentOptions,
+        cmds: mpsc::UnboundedReceiver<Registered>,
+        kubelet: mpsc::UnboundedSender<KubeletCmd>,
+    ) -> Self {
+        Heartbeat {
+            nodes_api: Api::all(client.clone()),
+            leases_api: Api::namespaced(client, LEASE_NAMESPACE),
+            sem: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            opts,
+            cmds,
+            kubelet,
+            served: HashMap::new(),
+            epoch: 0,
+            relist: None,
+            writes: JoinSet::new(),
+        }
+    }
+
+    /// Run until the task is aborted or the command channel closes.
+    pub async fn run(mut self) {
+        let mut events = std::pin::pin!(
+            watcher(self.nodes_api.clone(), watcher::Config::default()).default_backoff()
+        );
+        let lease_every = self
+            .opts
+            .lease_renew_interval
+            .max(Duration::from_millis(10));
+        let status_every = self
+            .opts
+            .status_update_interval
+            .max(Duration::from_millis(10));
+        let mut lease_tick = tokio::time::interval_at(Instant::now() + lease_every, lease_every);
+        lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut status_tick = tokio::time::interval_at(Instant::now() + status_every, status_every);
+        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                Some(done) = self.writes.join_next(), if !self.writes.is_empty() => match done {
+                    Ok(done) => self.on_done(done),
+                    Err(e) => tracing::warn!(error = %e, "kube-testenv agent: heartbeat task failed"),
+                },
+                cmd = self.cmds.recv() => match cmd {
+                    Some(reg) => self.on_registered(reg),
+                    None => return,
+                },
+                ev = events.next() => match ev {
+                    Some(Ok(ev)) => self.on_event(ev),
+                    Some(Err(e)) => tracing::warn!(error = %e, "kube-testenv agent: node watch error"),
+                    None => return,
+                },
+                _ = lease_tick.tick() => {
+                    let names: Vec<String> = self.served.keys().cloned().collect();
+                    for name in names {
+                        self.renew_lease(&name);
+                    }
+                }
+                _ = status_tick.tick() => {
+                    let names: Vec<String> = self.served.keys().cloned().collect();
+                    for name in names {
+                        self.refresh_status(&name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_registered(&mut self, reg: Registered) {
+        let Registered { name, uid, index } = reg;
+        match self.served.get_mut(&name) {
+            Some(s) => {
+                // Registered again (perhaps recreated before its deletion was seen).
+                if s.uid != uid {
+                    s.uid = uid;
+                    s.conditions = None;
+                }
+                s.added_epoch = self.epoch;
+            }
+            None => {
+                self.served.insert(
+                    name.clone(),
+                    Served {
+                        uid,
+                        added_epoch: self.epoch,
+                        conditions: None,
+                        lease_busy: false,
+                        status_busy: false,
+                    },
+                );
+                let _ = self.kubelet.send(KubeletCmd::Add {
+                    name: name.clone(),
+                    index,
+                });
+            }
+        }
+        self.renew_lease(&name);
+    }
+
+    fn on_event(&mut self, ev: watcher::Event<Node>) {
+        match ev {
+            watcher::Event::Init => {
+                self.epoch += 1;
+                self.relist = Some(HashMap::new());
+            }
+            watcher::Event::InitApply(node) => {
+                if let Some(seen) = &mut self.relist {
+                    seen.insert(
+                        node.name_any(),
+                        node.metadata.uid.clone().unwrap_or_default(),
+                    );
+                }
+                self.on_node(node);
+            }
+            watcher::Event::InitDone => {
+                let Some(seen) = self.relist.take() else {
+                    return;
+                };
+                let gone: Vec<String> = self
+                    .served
+                    .iter()
+                    .filter(|(name, s)| {
+                        s.added_epoch < self.epoch && seen.get(*name) != Some(&s.uid)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in gone {
+                    self.gone(&name, "not found when re-listing nodes");
+                }
+            }
+            watcher::Event::Apply(node) => self.on_node(node),
+            watcher::Event::Delete(node) => {
+                let name = node.name_any();
+                if self
+                    .served
+                    .get(&name)
+                    .is_some_and(|s| Some(&s.uid) == node.metadata.uid.as_ref())
+                {
+                    self.gone(&name, "deleted");
+                }
+            }
+        }
+    }
+
+    fn on_node(&mut self, node: Node) {
+        let Some(s) = self.served.get_mut(&node.name_any()) else {
+            return;
+        };
+        if Some(&s.uid) == node.metadata.uid.as_ref() {
+            s.conditions = node.status.and_then(|st| st.conditions);
+        }
+    }
+
+    /// The node was deleted by someone: stop heartbeating it and serving its pods.
+    fn gone(&mut self, name: &str, why: &str) {
+        if self.served.remove(name).is_some() {
+            tracing::info!(node = %name, "kube-testenv agent: node {why}; no longer served");
+            let _ = self.kubelet.send(KubeletCmd::Remove { name: name.into() });
+        }
+    }
+
+    /// Renew the node's Lease, creating it when missing.
+    fn renew_lease(&mut self, name: &str) {
+        let Some(s) = self.served.get_mut(name) else {
+            return;
+        };
+        if s.lease_busy {
+            return;
+        }
+        s.lease_busy = true;
+        let (name, uid) = (name.to_string(), s.uid.clone());
+        let api = self.leases_api.clone();
+        let sem = self.sem.clone();
+        let duration = self.opts.lease_duration_seconds;
+        self.writes.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let pp = util::patch_params();
+            let renew = || {
+                let patch = lease_renew_patch(&name, &uid, duration);
+                let api = api.clone();
+                let pp = pp.clone();
+                let name = name.clone();
+                async move { api.patch(&name, &pp, &Patch::Merge(&patch)).await }
+            };
+            let result = match renew().await {
+                Err(e) if util::is_not_found(&e) => {
+                    let lease = build_lease(&name, &uid, duration);
+                    match api.create(&util::post_params(), &lease).await {
+                        Err(e) if util::is_already_exists(&e) => renew().await.map(drop),
+                        r => r.map(drop),
+                    }
+                }
+                r => r.map(drop),
+            };
+            Done {
+                name,
+                uid,
+                kind: Kind::Lease,
+                result,
+            }
+        });
+    }
+
+    /// Refresh the node's conditions (`lastHeartbeatTime`) through `nodes/status`.
+    fn refresh_status(&mut self, name: &str) {
+        let Some(s) = self.served.get_mut(name) else {
+            return;
+        };
+        if s.status_busy {
+            return;
+        }
+        s.status_busy = true;
+        let mut patch = heartbeat_patch(s.conditions.as_deref());
+        // The UID makes the API server refuse the patch if the node was replaced.
+        patch["metadata"] = serde_json::json!({ "uid": s.uid });
+        let (name, uid) = (name.to_string(), s.uid.clone());
+        let api = self.nodes_api.clone();
+        let sem = self.sem.clone();
+        self.writes.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            let result = api
+                .patch_status(&name, &util::patch_params(), &Patch::Strategic(&patch))
+                .await
+                .map(drop);
+            Done {
+                name,
+                uid,
+                kind: Kind::Status,
+                result,
+            }
+        });
+    }
+
+    fn on_done(&mut self, done: Done) {
+        let Some(s) = self.served.get_mut(&done.name) else {
+            return;
+        };
+        if s.uid != done.uid {
+            return;
+        }
+        match done.kind {
+            Kind::Lease => s.lease_busy = false,
+            Kind::Status => s.status_busy = false,
+        }
+        let Err(e) = &done.result else {
+            return;
+        };
+        match done.kind {
+            Kind::Status if util::is_not_found(e) => self.gone(&done.name, "not found"),
+            // Early on the API server may not have made the lease namespace yet.
+            Kind::Lease if util::is_not_found(e) => {
+                tracing::debug!(node = %done.name, error = %e, "kube-testenv agent: lease not renewed")
+            }
+            kind => {
+                tracing::warn!(node = %done.name, ?kind, error = %e, "kube-testenv agent: heartbeat write failed")
+            }
+        }
+    }
+}

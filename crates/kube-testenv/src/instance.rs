@@ -1,0 +1,880 @@
+//! One control plane: etcd, kube-apiserver and kube-controller-manager (plus, on request,
+//! kube-scheduler and the JobSet and LeaderWorkerSet controllers) as host processes in one
+//! process group, and the node agent as tasks of the owning process.
+
+use crate::agent::{self, AgentHandle, AgentOptions, NodeSpec};
+use crate::binaries::{self, ETCD, JOBSET, KUBERNETES, LWS};
+use crate::error::{Error, Result, tail_of};
+use crate::paths::run_dir;
+use crate::{crds, pki, ports};
+use base64::Engine;
+use slurm_testenv::process::{ProcId, kill};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// The service CIDR; its first address is the `kubernetes` Service (in the serving certificate).
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// Feature gates of API server, controller manager and scheduler: the original's Helm chart turns
+/// on DRA extended resources; the Workload API (scheduling.k8s.io/v1alpha2) needs its gate.
+pub const FEATURE_GATES: &str = "DRAExtendedResource=true,GenericWorkload=true";
+/// API groups off by default that slurm-bridge uses.
+const RUNTIME_CONFIG: &str = "scheduling.k8s.io/v1alpha2=true";
+
+/// How to start an instance.
+#[derive(Clone, Debug, Default)]
+pub struct InstanceOptions {
+    /// Instance name; tests leave it `None` for a unique one.
+    pub name: Option<String>,
+    /// Nodes the agent registers and runs pods on.
+    pub nodes: Vec<NodeSpec>,
+    /// Also run kube-scheduler (binds pods that name `default-scheduler`).
+    pub kube_scheduler: bool,
+    /// Also run the JobSet and LeaderWorkerSet controllers (their CRDs are always installed).
+    pub workload_controllers: bool,
+    /// kube-controller-manager's `--controllers` (default `*`: every default controller); for
+    /// example `*,-job-controller` for a test that creates a Job's pods itself.
+    pub controllers: Option<String>,
+}
+
+impl InstanceOptions {
+    /// `node-1` .. `node-N` with 8 CPUs, 16000Mi and 110 pods each (as slurm-testenv's nodes).
+    pub fn with_nodes(n: usize) -> Self {
+        InstanceOptions {
+            nodes: agent::standard_nodes(n),
+            ..Default::default()
+        }
+    }
+}
+
+/// What `meta.json` records so other processes (`env`, `exec`, `down`, the stale sweep) can find
+/// and stop an instance.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Meta {
+    name: String,
+    /// The process holding the instance (a test, or `kube-testenv run`).
+    owner: ProcId,
+    /// Process group of the daemons (0 until the first one started).
+    pgid: i32,
+    ports: BTreeMap<String, u16>,
+    bin_dir: PathBuf,
+}
+
+/// A running control plane. Dropping it stops every process and removes its state.
+pub struct Instance {
+    name: String,
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    server: String,
+    client: kube::Client,
+    children: Mutex<Vec<(&'static str, Child)>>,
+    pgid: i32,
+    agent: Option<AgentHandle>,
+    startup: Duration,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("name", &self.name)
+            .field("server", &self.server)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidName { name: name.into() })
+    }
+}
+
+fn write_file(path: &Path, data: &str, mode: u32) -> Result<()> {
+    fs::write(path, data).map_err(Error::io(format!("write {}", path.display())))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(Error::io(format!("chmod {}", path.display())))
+}
+
+fn meta_path(dir: &Path) -> PathBuf {
+    dir.join("meta.json")
+}
+
+fn read_meta(dir: &Path) -> Option<Meta> {
+    serde_json::from_str(&fs::read_to_string(meta_path(dir)).ok()?).ok()
+}
+
+fn write_meta(dir: &Path, meta: &Meta) -> Result<()> {
+    let text = serde_json::to_string_pretty(meta).expect("meta serializes");
+    let tmp = dir.join("meta.json.tmp");
+    fs::write(&tmp, text).map_err(Error::io("write meta.json"))?;
+    fs::rename(&tmp, meta_path(dir)).map_err(Error::io("rename meta.json"))
+}
+
+/// Kills the daemons of an instance whose owner is gone, and removes its folder.
+fn reap(dir: &Path, meta: Option<&Meta>) {
+    if let Some(m) = meta
+        && m.pgid > 0
+    {
+        kill(-m.pgid, libc::SIGKILL);
+    }
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// Removes instances whose owning process has died (a test killed mid-run, a crashed `run`).
+pub fn sweep_stale() {
+    let Ok(entries) = fs::read_dir(run_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        match read_meta(&dir) {
+            Some(m) if m.owner.is_alive() => {}
+            Some(m) => reap(&dir, Some(&m)),
+            // A folder without meta.json is either being created right now (meta is written
+            // right after) or left by a crash before that: only remove old ones.
+            None => {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(120))
+                    .unwrap_or(false);
+                if old {
+                    reap(&dir, None);
+                }
+            }
+        }
+    }
+}
+
+/// Ports of one instance, by role.
+struct Ports {
+    etcd_client: u16,
+    etcd_peer: u16,
+    apiserver: u16,
+    controller_manager: u16,
+    scheduler: u16,
+    jobset: [u16; 3],
+    lws: [u16; 3],
+}
+
+impl Ports {
+    const COUNT: usize = 11;
+
+    fn new(p: &[u16]) -> Ports {
+        Ports {
+            etcd_client: p[0],
+            etcd_peer: p[1],
+            apiserver: p[2],
+            controller_manager: p[3],
+            scheduler: p[4],
+            jobset: [p[5], p[6], p[7]],
+            lws: [p[8], p[9], p[10]],
+        }
+    }
+
+    fn named(p: &[u16]) -> BTreeMap<String, u16> {
+        [
+            "etcd-client",
+            "etcd-peer",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "jobset-webhook",
+            "jobset-metrics",
+            "jobset-health",
+            "lws-webhook",
+            "lws-metrics",
+            "lws-health",
+        ]
+        .iter()
+        .zip(p)
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect()
+    }
+}
+
+impl Instance {
+    /// Builds the binaries if the cache lacks them, starts the control plane, installs the CRDs,
+    /// registers the nodes and waits until they are Ready.
+    pub async fn start(opts: InstanceOptions) -> Result<Instance> {
+        if !slurm_testenv::process::is_root() {
+            return Err(Error::NotRoot);
+        }
+        let started = Instant::now();
+        let want_workloads = opts.workload_controllers;
+        let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
+            let mut dirs = vec![binaries::ensure(&KUBERNETES)?, binaries::ensure(&ETCD)?];
+            if want_workloads {
+                dirs.push(binaries::ensure(&JOBSET)?);
+                dirs.push(binaries::ensure(&LWS)?);
+            }
+            Ok(dirs)
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("build task: {e}")))??;
+        let started_after_build = Instant::now();
+        sweep_stale();
+
+        let name = match &opts.name {
+            Some(n) => n.clone(),
+            None => format!(
+                "t{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ),
+        };
+        validate_name(&name)?;
+        let root = run_dir();
+        let dir = root.join(&name);
+        // Reserve ports and claim the name under the port lock, so two starts never collide.
+        let port_list = ports::reserve(Ports::COUNT, |p| {
+            if let Some(m) = read_meta(&dir) {
+                if m.owner.is_alive() {
+                    return Err(Error::AlreadyRunning { name: name.clone() });
+                }
+                reap(&dir, Some(&m));
+            }
+            let _ = fs::remove_dir_all(&dir);
+            for sub in ["pki", "logs"] {
+                fs::create_dir_all(dir.join(sub))
+                    .map_err(Error::io(format!("create {}", dir.display())))?;
+            }
+            write_meta(
+                &dir,
+                &Meta {
+                    name: name.clone(),
+                    owner: ProcId::current(),
+                    pgid: 0,
+                    ports: Ports::named(p),
+                    bin_dir: bins[0].clone(),
+                },
+            )?;
+            Ok(p.to_vec())
+        })?;
+        let ports = Ports::new(&port_list);
+        let server = format!("https://127.0.0.1:{}", ports.apiserver);
+        let mut launcher = Launcher {
+            dir: dir.clone(),
+            children: Vec::new(),
+            pgid: 0,
+        };
+        match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
+            Ok((client, agent)) => {
+                let instance = Instance {
+                    name,
+                    dir,
+                    bin_dir: bins[0].clone(),
+                    server,
+                    client,
+                    children: Mutex::new(launcher.children),
+                    pgid: launcher.pgid,
+                    agent: Some(agent),
+                    startup: started_after_build.elapsed(),
+                };
+                tracing::info!(
+                    instance = %instance.name,
+                    startup_ms = instance.startup.as_millis() as u64,
+                    total_ms = started.elapsed().as_millis() as u64,
+                    "kube-testenv: control plane ready"
+                );
+                Ok(instance)
+            }
+            Err(e) => {
+                launcher.kill_all();
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    async fn boot(
+        opts: &InstanceOptions,
+        bins: &[PathBuf],
+        dir: &Path,
+        ports: &Ports,
+        server: &str,
+        launcher: &mut Launcher,
+    ) -> Result<(kube::Client, AgentHandle)> {
+        let kube_bin = &bins[0];
+        let pki = pki::generate()?;
+        let p = dir.join("pki");
+        for (file, text, mode) in [
+            ("ca.crt", &pki.ca_cert, 0o644),
+            ("serving.crt", &pki.serving_cert, 0o644),
+            ("serving.key", &pki.serving_key, 0o600),
+            ("sa.key", &pki.sa_key, 0o600),
+            ("sa.pub", &pki.sa_pub, 0o644),
+        ] {
+            write_file(&p.join(file), text, mode)?;
+        }
+        let kubeconfig = dir.join("kubeconfig");
+        write_file(&kubeconfig, &kubeconfig_yaml(server, &pki), 0o600)?;
+
+        let etcd_url = format!("http://127.0.0.1:{}", ports.etcd_client);
+        let peer_url = format!("http://127.0.0.1:{}", ports.etcd_peer);
+        launcher.spawn(
+            "etcd",
+            &bins[1].join("etcd"),
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                // Test data lives and dies with the instance: durability costs only time.
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        // Record the process group at once, so a crash from here on leaves nothing behind.
+        let mut meta = read_meta(dir).ok_or_else(|| Error::Invalid("meta.json vanished".into()))?;
+        meta.pgid = launcher.pgid;
+        write_meta(dir, &meta)?;
+        launcher
+            .wait_until("etcd", || {
+                http_get_plain(ports.etcd_client, "/health").is_some_and(|b| b.contains("true"))
+            })
+            .await?;
+
+        let pkis = |f: &str| p.join(f).display().to_string();
+        launcher.spawn(
+            "kube-apiserver",
+            &kube_bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={}", ports.apiserver),
+                format!("--tls-cert-file={}", pkis("serving.crt")),
+                format!("--tls-private-key-file={}", pkis("serving.key")),
+                format!("--client-ca-file={}", pkis("ca.crt")),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", pkis("sa.pub")),
+                format!("--service-account-signing-key-file={}", pkis("sa.key")),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--authorization-mode=Node,RBAC".into(),
+                format!("--runtime-config={RUNTIME_CONFIG}"),
+                format!("--feature-gates={FEATURE_GATES}"),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                format!("--cert-dir={}", dir.join("pki").display()),
+            ],
+        )?;
+        let client = client_for(&kubeconfig).await?;
+        let probe = Probe::new(&kubeconfig).await?;
+        launcher
+            .wait_until_async("kube-apiserver", || probe.ok("/readyz"))
+            .await?;
+
+        let kc = kubeconfig.display().to_string();
+        let auth_flags = |port: u16| {
+            vec![
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--bind-address=127.0.0.1".to_string(),
+                format!("--secure-port={port}"),
+                "--leader-elect=false".to_string(),
+                format!("--feature-gates={FEATURE_GATES}"),
+            ]
+        };
+        let mut kcm = auth_flags(ports.controller_manager);
+        kcm.extend([
+            format!("--service-account-private-key-file={}", pkis("sa.key")),
+            format!("--root-ca-file={}", pkis("ca.crt")),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!(
+                "--controllers={}",
+                opts.controllers.as_deref().unwrap_or("*")
+            ),
+            // The node lifecycle controller looks every second (default 5 s), so new nodes lose
+            // their not-ready taint quickly.
+            "--node-monitor-period=1s".into(),
+            "--kube-api-qps=100".into(),
+            "--kube-api-burst=200".into(),
+        ]);
+        launcher.spawn(
+            "kube-controller-manager",
+            &kube_bin.join("kube-controller-manager"),
+            &kcm,
+        )?;
+        if opts.kube_scheduler {
+            launcher.spawn(
+                "kube-scheduler",
+                &kube_bin.join("kube-scheduler"),
+                &auth_flags(ports.scheduler),
+            )?;
+        }
+
+        crds::install(&client, opts.workload_controllers).await?;
+        if opts.workload_controllers {
+            use crate::workloads::{self, JOBSET, LWS};
+            workloads::start(&JOBSET, &client, launcher, &bins[2], dir, &kc, ports.jobset).await?;
+            workloads::start(&LWS, &client, launcher, &bins[3], dir, &kc, ports.lws).await?;
+            workloads::wait_ready(&JOBSET, launcher, ports.jobset).await?;
+            workloads::wait_ready(&LWS, launcher, ports.lws).await?;
+        }
+
+        // Pods need the `default` ServiceAccount, which the controller manager creates.
+        let sa: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(client.clone(), "default");
+        launcher
+            .wait_until_async("kube-controller-manager", || async {
+                sa.get_opt("default").await.ok().flatten().is_some()
+            })
+            .await?;
+
+        let agent = agent::start(client.clone(), opts.nodes.clone(), AgentOptions::default())
+            .await
+            .map_err(|e| Error::Agent(e.to_string()))?;
+        wait_nodes_schedulable(&client, &opts.nodes).await?;
+        Ok((client, agent))
+    }
+
+    /// Instance name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Folder with the kubeconfig, certificates, etcd data and logs (`logs/<component>.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the cluster-admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Folder holding `kubectl`, `kube-apiserver` and the other Kubernetes binaries.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// Time from the binaries being ready to the nodes being Ready.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// A cluster-admin client (a cheap clone of the one the agent uses).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Registers more nodes with the agent (given capacity, labels, taints).
+    /// Returns once they are Ready and the node lifecycle controller has lifted the
+    /// `not-ready` taint that new nodes get, as in a real cluster.
+    pub async fn add_nodes(&self, nodes: Vec<NodeSpec>) -> Result<()> {
+        self.agent
+            .as_ref()
+            .expect("agent runs while the instance lives")
+            .add_nodes(nodes.clone())
+            .await
+            .map_err(|e| Error::Agent(e.to_string()))?;
+        wait_nodes_schedulable(&self.client, &nodes).await
+    }
+
+    /// Runs `kubectl ARGS` against this instance and returns its standard output.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(self.bin_dir.join("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io("run kubectl"))?;
+        if !out.status.success() {
+            return Err(Error::Invalid(format!(
+                "kubectl {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `KUBECONFIG=...` as `up` prints it.
+    pub fn env_lines(&self) -> String {
+        env_lines(&self.dir)
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            drop(agent);
+        }
+        let mut children =
+            std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.pgid > 0 {
+            kill(-self.pgid, libc::SIGKILL);
+        }
+        for (_, c) in children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn env_lines(dir: &Path) -> String {
+    format!("KUBECONFIG={}\n", dir.join("kubeconfig").display())
+}
+
+/// The daemons of one instance: one process group, led by the first one started.
+pub(crate) struct Launcher {
+    dir: PathBuf,
+    children: Vec<(&'static str, Child)>,
+    pgid: i32,
+}
+
+impl Launcher {
+    fn log_path(&self, component: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{component}.log"))
+    }
+
+    /// Starts `binary ARGS` with output to `logs/<component>.log`, in the instance's group.
+    pub(crate) fn spawn(
+        &mut self,
+        component: &'static str,
+        binary: &Path,
+        args: &[String],
+    ) -> Result<()> {
+        let log_path = self.log_path(component);
+        let log = fs::File::create(&log_path)
+            .map_err(Error::io(format!("create {}", log_path.display())))?;
+        let err = log.try_clone().map_err(Error::io("clone log handle"))?;
+        let child = Command::new(binary)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .process_group(self.pgid)
+            .spawn()
+            .map_err(Error::io(format!("start {}", binary.display())))?;
+        let first = self.pgid == 0;
+        if first {
+            self.pgid = child.id() as i32;
+        }
+        tracing::debug!(component, pid = child.id(), "kube-testenv: started");
+        self.children.push((component, child));
+        if first {
+            self.spawn_watchdog()?;
+        }
+        Ok(())
+    }
+
+    /// A shell outside the group that kills the group when the owning process dies (a test
+    /// killed mid-run), so no daemon outlives its owner.
+    fn spawn_watchdog(&mut self) -> Result<()> {
+        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
+        let child = Command::new("/bin/sh")
+            .args(["-c", script, "kube-testenv-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(self.pgid.to_string())
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(Error::io("start the watchdog"))?;
+        self.children.push(("watchdog", child));
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (component, child) in self.children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = self.dir.join("logs").join(format!("{component}.log"));
+                return Err(Error::Exited {
+                    component,
+                    status: status.to_string(),
+                    tail: tail_of(&log, 30),
+                    log,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn not_ready(&self, component: &'static str, detail: &str) -> Error {
+        let log = self.log_path(component);
+        Error::NotReady {
+            component,
+            seconds: READY_TIMEOUT.as_secs(),
+            detail: detail.into(),
+            tail: tail_of(&log, 30),
+            log,
+        }
+    }
+
+    pub(crate) async fn wait_until(
+        &mut self,
+        component: &'static str,
+        ready: impl Fn() -> bool,
+    ) -> Result<()> {
+        self.wait_until_async(component, || {
+            let r = ready();
+            async move { r }
+        })
+        .await
+    }
+
+    async fn wait_until_async<F, Fut>(&mut self, component: &'static str, ready: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if ready().await {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(self.not_ready(component, "readiness check kept failing"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn kill_all(&mut self) {
+        if self.pgid > 0 {
+            kill(-self.pgid, libc::SIGKILL);
+        }
+        for (_, c) in self.children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: kube-testenv
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: kube-testenv
+  context:
+    cluster: kube-testenv
+    user: admin
+    namespace: default
+current-context: kube-testenv
+",
+        ca = b64(&pki.ca_cert),
+        cert = b64(&pki.admin_cert),
+        key = b64(&pki.admin_key),
+    )
+}
+
+/// Waits until every node is Ready and free of the `node.kubernetes.io/not-ready` taint, which
+/// admission puts on new nodes and the node lifecycle controller lifts once they report Ready.
+async fn wait_nodes_schedulable(client: &kube::Client, nodes: &[NodeSpec]) -> Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let deadline = Instant::now() + READY_TIMEOUT;
+    for spec in nodes {
+        loop {
+            let node = api
+                .get_opt(&spec.name)
+                .await
+                .map_err(Error::kube(format!("read node {}", spec.name)))?;
+            let schedulable = node.as_ref().is_some_and(|n| {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+                ready && !tainted
+            });
+            if schedulable {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Agent(format!(
+                    "node {} not Ready and untainted within {} s",
+                    spec.name,
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// A client for the kubeconfig at `path`.
+pub async fn client_for(path: &Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| Error::Invalid(format!("read {}: {e}", path.display())))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Invalid(format!("kubeconfig {}: {e}", path.display())))?;
+    kube::Client::try_from(config).map_err(Error::kube("build a client"))
+}
+
+/// Readiness polls of the API server. Not through `kube::Client`, whose tracing layer logs every
+/// expected 500 of a starting server as an error.
+struct Probe {
+    server: String,
+    http: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Empty<bytes::Bytes>,
+    >,
+}
+
+impl Probe {
+    async fn new(kubeconfig: &Path) -> Result<Probe> {
+        use kube::client::ConfigExt;
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+            .map_err(|e| Error::Invalid(format!("read {}: {e}", kubeconfig.display())))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Invalid(format!("kubeconfig: {e}")))?;
+        let https = config
+            .rustls_https_connector()
+            .map_err(|e| Error::Invalid(format!("TLS for the readiness probe: {e}")))?;
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https);
+        Ok(Probe {
+            server: config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string(),
+            http,
+        })
+    }
+
+    /// True when GET `path` answers 200.
+    async fn ok(&self, path: &str) -> bool {
+        let Ok(uri) = format!("{}{path}", self.server).parse::<http::Uri>() else {
+            return false;
+        };
+        self.http
+            .get(uri)
+            .await
+            .is_ok_and(|r| r.status() == http::StatusCode::OK)
+    }
+}
+
+/// Plain-HTTP GET on loopback (etcd's /health); the body when the status is 200.
+fn http_get_plain(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], port).into(),
+        Duration::from_millis(500),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+/// An instance started by another process (the CLI's `env`, `exec`, `down`).
+pub struct Attached {
+    dir: PathBuf,
+    meta: Meta,
+}
+
+impl Attached {
+    /// Finds the running instance `name`.
+    pub fn find(name: &str) -> Result<Attached> {
+        validate_name(name)?;
+        let dir = run_dir().join(name);
+        match read_meta(&dir) {
+            Some(meta) if meta.owner.is_alive() => Ok(Attached { dir, meta }),
+            _ => Err(Error::NoSuchInstance { name: name.into() }),
+        }
+    }
+
+    /// `KUBECONFIG=...`.
+    pub fn env_lines(&self) -> String {
+        env_lines(&self.dir)
+    }
+
+    /// Runs `command` with this instance's KUBECONFIG and `kubectl` first on PATH.
+    pub fn exec(&self, command: &[String]) -> Result<std::process::ExitStatus> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| Error::Invalid("exec needs a command after --".into()))?;
+        let path = std::env::var("PATH").unwrap_or_default();
+        Command::new(program)
+            .args(args)
+            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .env("PATH", format!("{}:{path}", self.meta.bin_dir.display()))
+            .status()
+            .map_err(Error::io(format!("run {program}")))
+    }
+
+    /// Stops the owner (`kube-testenv run`), which stops the daemons; forces it after 10 s.
+    pub fn stop(self) -> Result<()> {
+        kill(self.meta.owner.pid, libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.meta.owner.is_alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.meta.owner.is_alive() {
+            kill(self.meta.owner.pid, libc::SIGKILL);
+        }
+        reap(&self.dir, Some(&self.meta));
+        Ok(())
+    }
+}

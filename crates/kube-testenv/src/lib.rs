@@ -1,0 +1,37 @@
+//! A real Kubernetes control plane for tests, the demo and benchmarks: kube-apiserver, etcd,
+//! kube-controller-manager (optionally kube-scheduler and the JobSet and LeaderWorkerSet
+//! controllers) built once from their pinned Go modules, and a node agent that plays the
+//! kubelets of simulated nodes.
+//!
+//! ```no_run
+//! # async fn demo() -> kube_testenv::Result<()> {
+//! let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::with_nodes(3)).await?;
+//! let client = env.client(); // cluster admin
+//! env.kubectl(&["get", "nodes"])?;
+//! // dropped: every process stops and the state is removed
+//! # Ok(()) }
+//! ```
+
+pub mod agent;
+pub mod binaries;
+pub mod crds;
+pub mod error;
+mod instance;
+pub mod paths;
+mod pki;
+mod ports;
+mod workloads;
+
+pub use agent::NodeSpec;
+pub use error::{Error, Result};
+pub use instance::{Attached, FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale};
+
+/// Builds every binary an instance may need (with `workloads`, the JobSet and LWS controllers
+/// too); returns their folders.
+pub fn prepare(workloads: bool) -> Result<Vec<std::path::PathBuf>> {
+    let mut mods = vec![&binaries::KUBERNETES, &binaries::ETCD];
+    if workloads {
+        mods.extend([&binaries::JOBSET, &binaries::LWS]);
+    }
+    mods.into_iter().map(binaries::ensure).collect()
+}
