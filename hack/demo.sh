@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: a short demo of slurm-bridge on real Slurm.
 #   real Slurm 26.05 (slurm-testenv) with 6 external nodes node-1..node-6
-#   + kube-sim (Kubernetes API server and simulated kubelet) with the same 6 nodes
+#   + a real Kubernetes control plane (kube-testenv: kube-apiserver, etcd,
+#     kube-controller-manager, and a node agent playing the kubelets) with the same 6 nodes
 #   + the slurm-bridge scheduler,
 # then applies examples/*.yaml with kubectl (a bare pod, a Job of 2, a gang of 3) and prints
 # pod -> Slurm job id -> node as they bind. Pass --keep to leave everything running.
@@ -11,45 +12,36 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 keep=false
 [ "${1:-}" = "--keep" ] && keep=true
 
-echo "==> building (first run: about 10 minutes)"
-cargo build -q -p slurm-testenv -p kube-sim -p slurm-bridge
+echo "==> building (first run: about 10 minutes, plus about 15 for Kubernetes from its Go modules)"
+cargo build -q -p slurm-testenv -p kube-testenv -p slurm-bridge
 bin=./target/debug
 st=$bin/slurm-testenv
+kt=$bin/kube-testenv
+$kt prepare
 work=$(mktemp -d /tmp/slurm-bridge-demo.XXXXXX)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   $st down --name demo >/dev/null 2>&1 || true
+  $kt down --name demo >/dev/null 2>&1 || true
   cp "$work/scheduler.log" /tmp/demo-scheduler.log 2>/dev/null; rm -rf "$work"
 }
 
 $st down --name demo >/dev/null 2>&1 || true
+$kt down --name demo >/dev/null 2>&1 || true
 echo "==> real Slurm with 6 external nodes"
 eval "$($st up --name demo --nodes 6)"
 if $keep; then
-  echo "(--keep: stop later with: kill the printed PIDs; $st down --name demo)"
+  echo "(--keep: stop later with: kill the printed PIDs; $st down --name demo; $kt down --name demo)"
 else
   trap cleanup EXIT
 fi
 
-echo "==> kube-sim with nodes node-1..node-6"
-$bin/kube-sim --listen 127.0.0.1:0 --kubeconfig "$work/kubeconfig" --nodes 6 >"$work/kube-sim.out" 2>"$work/kube-sim.log" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig"
-
-# kubectl: the host's, else the one in the Slurm root file system.
-kc() {
-  if command -v kubectl >/dev/null 2>&1; then
-    kubectl "$@"
-  else
-    local root
-    root=$(ls -d /var/cache/slurm-testenv/rootfs-* | head -n 1)
-    mkdir -p "$root/tmp/demo" && cp "$work/kubeconfig" examples/*.yaml "$root/tmp/demo/"
-    chroot "$root" kubectl --kubeconfig /tmp/demo/kubeconfig "${@//examples\//\/tmp\/demo\/}"
-  fi
-}
+echo "==> Kubernetes control plane with nodes node-1..node-6"
+eval "$($kt up --name demo --nodes 6)"
+export KUBECONFIG
+kc() { $kt exec --name demo -- kubectl "$@"; }
 
 cat >"$work/config.yaml" <<CFG
 schedulerName: slurm-bridge-scheduler

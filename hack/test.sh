@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace, including those against real Slurm (slurm-testenv) and
-# kube-sim. Needs root on a Debian host with network access to the package registries; the first
-# run builds the Slurm root file system (about a minute) and compiles the workspace.
+# Runs every test of the workspace, including those against real Slurm (slurm-testenv) and a
+# real Kubernetes control plane (kube-testenv). Needs root on a Debian host with network access
+# to the package registries (Debian's, crates.io, the Go module proxy) and Go 1.26 or newer. The
+# first run builds the Slurm root file system (about a minute), Kubernetes, etcd and the JobSet
+# and LeaderWorkerSet controllers from their Go modules (about 20 minutes on 2 cores), and
+# compiles the workspace; later runs reuse all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -11,10 +14,21 @@ if [ "$(id -u)" != 0 ]; then
   echo "hack/test.sh: the tests start real Slurm daemons in namespaces and need root" >&2
   exit 1
 fi
+# Go's own installer puts it in /usr/local/go, which a non-login shell may not have on PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1 && [ -z "${KUBE_TESTENV_GO:-}" ]; then
+  echo "hack/test.sh: Go 1.26 or newer must be on PATH (or set KUBE_TESTENV_GO): kube-testenv builds Kubernetes from its Go modules" >&2
+  exit 1
+fi
 
-echo "==> building slurm-testenv and preparing the Slurm root file system"
-cargo build -p slurm-testenv --bin slurm-testenv
+echo "==> building slurm-testenv and kube-testenv"
+cargo build -p slurm-testenv --bin slurm-testenv -p kube-testenv --bin kube-testenv
+echo "==> preparing the Slurm root file system"
 ./target/debug/slurm-testenv prepare
+echo "==> building Kubernetes, etcd, JobSet and LeaderWorkerSet from their Go modules (cached)"
+./target/debug/kube-testenv prepare
 
 echo "==> cargo test --workspace"
 cargo test --workspace --no-fail-fast

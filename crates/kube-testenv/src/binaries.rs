@@ -136,9 +136,18 @@ impl GoModule {
     }
 }
 
-/// The Go command: `KUBE_TESTENV_GO`, else `go` on PATH.
+/// The Go command: `KUBE_TESTENV_GO`, else `go` on PATH, else Go's default install location.
 fn go_command() -> String {
-    std::env::var("KUBE_TESTENV_GO").unwrap_or_else(|_| "go".into())
+    if let Ok(go) = std::env::var("KUBE_TESTENV_GO") {
+        return go;
+    }
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("go").is_file()));
+    let default = Path::new("/usr/local/go/bin/go");
+    if !on_path && default.is_file() {
+        return default.display().to_string();
+    }
+    "go".into()
 }
 
 fn go_version() -> Result<String> {

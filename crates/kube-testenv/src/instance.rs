@@ -93,7 +93,8 @@ impl std::fmt::Debug for Instance {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-fn validate_name(name: &str) -> Result<()> {
+/// Checks an instance name: 1-40 characters from `[A-Za-z0-9_-]` (it names a folder and files).
+pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 40
         && name
@@ -127,12 +128,23 @@ fn write_meta(dir: &Path, meta: &Meta) -> Result<()> {
     fs::rename(&tmp, meta_path(dir)).map_err(Error::io("rename meta.json"))
 }
 
+/// Sends SIGKILL to process group `pgid` (slurm-testenv's `kill` ignores the negative PIDs
+/// that name groups).
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: plain syscall; a group that is already gone is fine.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
 /// Kills the daemons of an instance whose owner is gone, and removes its folder.
 fn reap(dir: &Path, meta: Option<&Meta>) {
     if let Some(m) = meta
         && m.pgid > 0
     {
-        kill(-m.pgid, libc::SIGKILL);
+        kill_group(m.pgid);
     }
     let _ = fs::remove_dir_all(dir);
 }
@@ -532,11 +544,10 @@ impl Instance {
         let mut children =
             std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
         if self.pgid > 0 {
-            kill(-self.pgid, libc::SIGKILL);
+            kill_group(self.pgid);
         }
-        for (_, c) in children.iter_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+        for (component, c) in children.iter_mut() {
+            stop_child(component, c);
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
@@ -546,6 +557,16 @@ impl Drop for Instance {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Kills and reaps one child. The watchdog leads its own process group: the whole group goes,
+/// else its `tail --pid=OWNER` would live on until the owner exits.
+fn stop_child(component: &str, child: &mut Child) {
+    if component == "watchdog" {
+        kill_group(child.id() as i32);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn env_lines(dir: &Path) -> String {
@@ -599,7 +620,8 @@ impl Launcher {
     /// A shell outside the group that kills the group when the owning process dies (a test
     /// killed mid-run), so no daemon outlives its owner.
     fn spawn_watchdog(&mut self) -> Result<()> {
-        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
+        // `kill -s KILL -- -PGID` is the POSIX form; dash (Debian's /bin/sh) rejects `-KILL --`.
+        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -s KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
         let child = Command::new("/bin/sh")
             .args(["-c", script, "kube-testenv-watchdog"])
             .arg(std::process::id().to_string())
@@ -673,11 +695,10 @@ impl Launcher {
 
     fn kill_all(&mut self) {
         if self.pgid > 0 {
-            kill(-self.pgid, libc::SIGKILL);
+            kill_group(self.pgid);
         }
-        for (_, c) in self.children.iter_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
+        for (component, c) in self.children.iter_mut() {
+            stop_child(component, c);
         }
     }
 }
@@ -875,6 +896,8 @@ impl Attached {
             kill(self.meta.owner.pid, libc::SIGKILL);
         }
         reap(&self.dir, Some(&self.meta));
+        // The log of `kube-testenv run` (kept while it runs, for `up`'s error messages).
+        let _ = fs::remove_file(self.dir.with_extension("run.log"));
         Ok(())
     }
 }

@@ -24,7 +24,9 @@ mod workloads;
 
 pub use agent::NodeSpec;
 pub use error::{Error, Result};
-pub use instance::{Attached, FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale};
+pub use instance::{
+    Attached, FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
+};
 
 /// Builds every binary an instance may need (with `workloads`, the JobSet and LWS controllers
 /// too); returns their folders.

@@ -56,6 +56,8 @@ impl StartArgs {
     }
 
     fn options(&self) -> anyhow::Result<InstanceOptions> {
+        // Before `up` uses the name in a log path.
+        kube_testenv::validate_name(&self.name)?;
         let mut opts = InstanceOptions::with_nodes(self.nodes);
         opts.name = Some(self.name.clone());
         opts.kube_scheduler = self.kube_scheduler;

@@ -1,9 +1,11 @@
-//! End-to-end benchmark on real Slurm: N external jobs submitted straight to slurmrestd (raw),
-//! against N pods created in kube-sim and bound by the `slurm-bridge scheduler` process (bridge).
+//! End-to-end benchmark on real Slurm and a real Kubernetes control plane (kube-testenv):
+//! N external jobs submitted straight to slurmrestd (raw); N pods bound by kube-scheduler alone on
+//! the control plane (the floor for any scheduler there); and N pods bound by the
+//! `slurm-bridge scheduler` process on the same control plane (bridge).
 //!
 //! `cargo bench -p slurm-bridge --bench scheduler -- --pods 1000 [--nodes N] [--poll 1s] [--skip-raw]`
 //!
-//! Prints both times and their ratio, Slurm REST calls per pod (from the scheduler's /metrics)
+//! Prints the three times and their ratios, Slurm REST calls per pod (from the scheduler's /metrics)
 //! and the scheduler's peak RSS (VmHWM of its process). With more pods than nodes (`--nodes`),
 //! the bridge phase waits until every node holds a pod and every other pod has its pending
 //! external job, then reports memory: the "10,000 pods on 1,000 nodes" case. `BENCH_WORKERS=N`
@@ -184,21 +186,81 @@ impl Drop for Killed {
     }
 }
 
-async fn bridge(n: u32, nodes: u32, poll: &str) -> (Duration, f64, u64, f64) {
+/// The control plane both Kubernetes phases share: `nodes` nodes, kube-scheduler running.
+async fn control_plane(nodes: u32) -> kube_testenv::Instance {
+    let mut opts = kube_testenv::InstanceOptions::with_nodes(nodes as usize);
+    opts.kube_scheduler = true;
+    kube_testenv::Instance::start(opts)
+        .await
+        .expect("start the Kubernetes control plane")
+}
+
+/// Creates `n` pods named `{prefix}-{i}` in `ns` (16 creations in flight).
+async fn create_pods(pods: &Api<Pod>, prefix: &str, n: u32, scheduler: &str) {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let pods = pods.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{prefix}-{i}")},
+                    "spec": {"schedulerName": scheduler,
+                             "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}
+                }))
+                .unwrap();
+                pods.create(&PostParams::default(), &pod).await.expect("create pod");
+            }
+        })
+        .buffer_unordered(16)
+        .count()
+        .await;
+}
+
+/// kube-scheduler alone: `n` pods for `default-scheduler` in their own namespace, time until all
+/// are bound.
+async fn kube_scheduler_floor(kube: &kube_testenv::Instance, n: u32) -> Duration {
+    let ns = "kube-scheduler-floor";
+    kube.kubectl(&["create", "namespace", ns])
+        .expect("create namespace");
+    // Pods need the namespace's default ServiceAccount, which the controller manager creates.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(kube.client(), ns);
+    while sas.get_opt("default").await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(kube.client(), ns);
+    let watch_pods = pods.clone();
+    let total = n as usize;
+    let bound = tokio::spawn(async move {
+        let mut bound = HashSet::new();
+        let stream = watcher(watch_pods, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(Ok(p)) = stream.next().await {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                bound.insert(p.metadata.name.clone().unwrap_or_default());
+            }
+            if bound.len() >= total {
+                break;
+            }
+        }
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    create_pods(&pods, "floor", n, "default-scheduler").await;
+    bound.await.unwrap().duration_since(started)
+}
+
+async fn bridge(
+    kube: &kube_testenv::Instance,
+    n: u32,
+    nodes: u32,
+    poll: &str,
+) -> (Duration, f64, u64, f64) {
     let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
         .await
         .unwrap();
-    let sim = kube_sim::KubeSim::start(kube_sim::Options {
-        nodes: nodes as usize,
-        simulate: true,
-        ..Default::default()
-    })
-    .await
-    .expect("kube-sim");
     let dir = std::env::temp_dir().join(format!("slurm-bridge-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let kubeconfig = kube.kubeconfig();
     let config = dir.join("config.yaml");
     std::fs::write(
         &config,
@@ -234,7 +296,7 @@ async fn bridge(n: u32, nodes: u32, poll: &str) -> (Duration, f64, u64, f64) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let pods: Api<Pod> = Api::namespaced(kube.client(), "default");
     // Watch for bound pods before creating any.
     let watch_pods = pods.clone();
     let total = n as usize;
@@ -266,22 +328,7 @@ async fn bridge(n: u32, nodes: u32, poll: &str) -> (Duration, f64, u64, f64) {
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("bench-{i}")},
-                    "spec": {"schedulerName": "slurm-bridge-scheduler",
-                             "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]}
-                }))
-                .unwrap();
-                pods.create(&PostParams::default(), &pod).await.expect("create pod");
-            }
-        })
-        .buffer_unordered(16)
-        .count()
-        .await;
+    create_pods(&pods, "bench", n, "slurm-bridge-scheduler").await;
     println!(
         "        all {n} pods created after {:.2} s (16 creations in flight)",
         started.elapsed().as_secs_f64()
@@ -338,9 +385,21 @@ async fn main() {
         );
         Some(t)
     };
-    let (t, calls_per_pod, rss_kib, rate) = bridge(a.pods, nodes, &a.poll).await;
+    let kube = control_plane(nodes).await;
     println!(
-        "bridge: {} pods created in kube-sim -> {} bound, the rest pending in Slurm, in {:.2} s ({:.0} pods/s, {:.2} ms per pod)",
+        "control plane: kube-testenv with {nodes} nodes ready in {:.1} s",
+        kube.startup().as_secs_f64()
+    );
+    let floor = kube_scheduler_floor(&kube, a.pods).await;
+    println!(
+        "kube-scheduler: {} pods created -> all bound by kube-scheduler alone in {:.2} s ({:.0} pods/s)",
+        a.pods,
+        floor.as_secs_f64(),
+        f64::from(a.pods) / floor.as_secs_f64()
+    );
+    let (t, calls_per_pod, rss_kib, rate) = bridge(&kube, a.pods, nodes, &a.poll).await;
+    println!(
+        "bridge: {} pods created -> {} bound, the rest pending in Slurm, in {:.2} s ({:.0} pods/s, {:.2} ms per pod)",
         a.pods,
         a.pods.min(nodes),
         t.as_secs_f64(),
@@ -352,7 +411,15 @@ async fn main() {
             "ratio bridge/raw: {:.2}",
             t.as_secs_f64() / raw.as_secs_f64()
         );
+        println!(
+            "ratio kube-scheduler/raw: {:.2}",
+            floor.as_secs_f64() / raw.as_secs_f64()
+        );
     }
+    println!(
+        "ratio bridge/kube-scheduler: {:.2}",
+        t.as_secs_f64() / floor.as_secs_f64()
+    );
     println!("Slurm REST calls per pod (scheduler): {calls_per_pod:.2}");
     println!("scheduler peak RSS: {:.1} MiB", rss_kib as f64 / 1024.0);
 }

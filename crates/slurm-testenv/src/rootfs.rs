@@ -16,13 +16,12 @@ use std::time::Instant;
 
 /// Debian suite that carries Slurm 25.11 or newer.
 const SUITE: &str = "sid";
-/// Packages installed into the root file system (kubectl serves kube-sim's conformance tests).
+/// Packages installed into the root file system (kubectl comes with kube-testenv instead).
 pub const PACKAGES: &[&str] = &[
     "slurmctld",
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",
-    "kubectl",
 ];
 /// Bumped whenever the post-install setup below changes.
 const SETUP_VERSION: u32 = 1;

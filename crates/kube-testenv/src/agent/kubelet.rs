@@ -691,8 +691,10 @@ fn node_of(pod: &Pod) -> &str {
 
 /// The monotonic instant of a past wall-clock time (now if it lies in the future).
 fn instant_of(t: &Time) -> Instant {
-    let elapsed = (k8s_openapi::jiff::Timestamp::now() - t.0)
-        .get_milliseconds()
+    // The whole duration: a Span's `get_milliseconds` is only its milliseconds field.
+    let elapsed = k8s_openapi::jiff::Timestamp::now()
+        .duration_since(t.0)
+        .as_millis()
         .max(0) as u64;
     Instant::now()
         .checked_sub(Duration::from_millis(elapsed))
