@@ -538,14 +538,11 @@ impl Instance {
     }
 
     fn shutdown(&mut self) {
-        if let Some(agent) = self.agent.take() {
-            drop(agent);
-        }
+        // The agent's tasks stop first, so nothing writes to a dying API server.
+        self.agent.take();
         let mut children =
             std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
-        if self.pgid > 0 {
-            kill_group(self.pgid);
-        }
+        kill_group(self.pgid);
         for (component, c) in children.iter_mut() {
             stop_child(component, c);
         }
@@ -694,9 +691,7 @@ impl Launcher {
     }
 
     fn kill_all(&mut self) {
-        if self.pgid > 0 {
-            kill_group(self.pgid);
-        }
+        kill_group(self.pgid);
         for (component, c) in self.children.iter_mut() {
             stop_child(component, c);
         }
@@ -844,9 +839,8 @@ fn http_get_plain(port: u16, path: &str) -> Option<String> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let (head, body) = buf.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
+    ok.then(|| body.to_string())
 }
 
 /// An instance started by another process (the CLI's `env`, `exec`, `down`).

@@ -195,8 +195,10 @@ async fn control_plane(nodes: u32) -> kube_testenv::Instance {
         .expect("start the Kubernetes control plane")
 }
 
-/// Creates `n` pods named `{prefix}-{i}` in `ns` (16 creations in flight).
+/// Creates `n` pods named `{prefix}-{i}` for `scheduler` (16 creations in flight) and prints how
+/// long that took.
 async fn create_pods(pods: &Api<Pod>, prefix: &str, n: u32, scheduler: &str) {
+    let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
             let pods = pods.clone();
@@ -213,6 +215,10 @@ async fn create_pods(pods: &Api<Pod>, prefix: &str, n: u32, scheduler: &str) {
         .buffer_unordered(16)
         .count()
         .await;
+    println!(
+        "        all {n} pods created after {:.2} s (16 creations in flight)",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// kube-scheduler alone: `n` pods for `default-scheduler` in their own namespace, time until all
@@ -329,10 +335,6 @@ async fn bridge(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     create_pods(&pods, "bench", n, "slurm-bridge-scheduler").await;
-    println!(
-        "        all {n} pods created after {:.2} s (16 creations in flight)",
-        started.elapsed().as_secs_f64()
-    );
     let done = bound.await.unwrap();
     let elapsed = done.duration_since(started);
     let metrics = http_get(port, "/metrics")

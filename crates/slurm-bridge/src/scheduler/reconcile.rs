@@ -73,7 +73,7 @@ pub async fn reconcile<S: Slurm>(
             return Ok(Action::await_change());
         }
     }
-    if tr.ir.pods.iter().any(|p| is_gated(p)) {
+    if tr.ir.pods.iter().any(is_gated) {
         // As kube-scheduler: a pod with scheduling gates is not scheduled (kube-apiserver refuses
         // to bind it), and neither is its group; removing the last gate is a pod update.
         return Ok(Action::await_change());
