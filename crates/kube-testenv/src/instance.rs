@@ -43,6 +43,10 @@ pub struct InstanceOptions {
     /// kube-controller-manager's `--controllers` (default `*`: every default controller); for
     /// example `*,-job-controller` for a test that creates a Job's pods itself.
     pub controllers: Option<String>,
+    /// kube-controller-manager's `--node-monitor-grace-period`: how long a node may miss
+    /// heartbeats before it is marked NotReady (Kubernetes' default, 50 s, when `None`). The
+    /// agent renews leases every 10 s, so keep it above 15 s.
+    pub node_monitor_grace_period: Option<Duration>,
 }
 
 impl InstanceOptions {
@@ -424,6 +428,12 @@ impl Instance {
             // The node lifecycle controller looks every second (default 5 s), so new nodes lose
             // their not-ready taint quickly.
             "--node-monitor-period=1s".into(),
+            format!(
+                "--node-monitor-grace-period={}s",
+                opts.node_monitor_grace_period
+                    .unwrap_or(Duration::from_secs(50))
+                    .as_secs()
+            ),
             "--kube-api-qps=100".into(),
             "--kube-api-burst=200".into(),
         ]);
@@ -511,6 +521,16 @@ impl Instance {
             .await
             .map_err(|e| Error::Agent(e.to_string()))?;
         wait_nodes_schedulable(&self.client, &nodes).await
+    }
+
+    /// Simulates a lost kubelet on node `name`: no more heartbeats, so the node lifecycle
+    /// controller marks it NotReady (about 50 s) and taints it; `add_nodes` brings it back.
+    pub fn lose_kubelet(&self, name: &str) -> Result<()> {
+        self.agent
+            .as_ref()
+            .expect("agent runs while the instance lives")
+            .lose_kubelet(name)
+            .map_err(|e| Error::Agent(e.to_string()))
     }
 
     /// Runs `kubectl ARGS` against this instance and returns its standard output.
@@ -727,8 +747,14 @@ current-context: kube-testenv
     )
 }
 
-/// Waits until every node is Ready and free of the `node.kubernetes.io/not-ready` taint, which
-/// admission puts on new nodes and the node lifecycle controller lifts once they report Ready.
+/// Taints the node lifecycle controller manages: admission puts `not-ready` on new nodes, a node
+/// that missed its heartbeats gets `unreachable`; both are lifted once it reports Ready.
+const LIFECYCLE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
+/// Waits until every node is Ready and free of the node lifecycle controller's taints.
 async fn wait_nodes_schedulable(client: &kube::Client, nodes: &[NodeSpec]) -> Result<()> {
     use k8s_openapi::api::core::v1::Node;
     let api: kube::Api<Node> = kube::Api::all(client.clone());
@@ -749,7 +775,10 @@ async fn wait_nodes_schedulable(client: &kube::Client, nodes: &[NodeSpec]) -> Re
                     .spec
                     .as_ref()
                     .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|ts| ts.iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+                    .is_some_and(|ts| {
+                        ts.iter()
+                            .any(|t| LIFECYCLE_TAINTS.contains(&t.key.as_str()))
+                    });
                 ready && !tainted
             });
             if schedulable {
@@ -757,7 +786,7 @@ async fn wait_nodes_schedulable(client: &kube::Client, nodes: &[NodeSpec]) -> Re
             }
             if Instant::now() > deadline {
                 return Err(Error::Agent(format!(
-                    "node {} not Ready and untainted within {} s",
+                    "node {} not Ready, or still tainted not-ready or unreachable, within {} s",
                     spec.name,
                     READY_TIMEOUT.as_secs()
                 )));

@@ -988,3 +988,48 @@ async fn workload_controllers_run_jobsets_and_leaderworkersets() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_kubelet_makes_its_node_not_ready_and_add_nodes_brings_it_back() {
+    let inst = start(InstanceOptions {
+        node_monitor_grace_period: Some(Duration::from_secs(20)),
+        ..InstanceOptions::with_nodes(2)
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(inst.client());
+    let running = nodes.clone();
+    inst.lose_kubelet("node-1").unwrap();
+    let lost = eventually("node-1 marked not Ready with the unreachable taint", || {
+        let nodes = nodes.clone();
+        async move {
+            let n = nodes.get("node-1").await.ok()?;
+            let unreachable = taints(&n)
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/unreachable");
+            (!is_ready(&n) && unreachable).then_some(n)
+        }
+    })
+    .await;
+    let ready = lost
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready condition");
+    assert_eq!(ready.status, "Unknown", "{ready:?}");
+    assert!(
+        is_ready(&running.get("node-2").await.unwrap()),
+        "the other node keeps its kubelet"
+    );
+    inst.add_nodes(vec![kube_testenv::NodeSpec::standard("node-1")])
+        .await
+        .unwrap();
+    let back = nodes.get("node-1").await.unwrap();
+    assert!(is_ready(&back), "node-1 served again");
+    assert!(
+        !taints(&back)
+            .iter()
+            .any(|t| t.key.starts_with("node.kubernetes.io/")),
+        "{:?}",
+        taints(&back)
+    );
+}

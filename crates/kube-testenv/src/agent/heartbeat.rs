@@ -24,6 +24,16 @@ use super::kubelet::KubeletCmd;
 use super::nodes::{LEASE_NAMESPACE, build_lease, heartbeat_patch, lease_renew_patch};
 use super::util;
 
+/// What the heartbeat task is told.
+#[derive(Debug)]
+pub enum Command {
+    /// A node registered through the API, to be served from now on.
+    Register(Registered),
+    /// Stop serving a node without deleting it, as when its kubelet dies: no more heartbeats,
+    /// its pods are left as they are.
+    Lose(String),
+}
+
 /// A node registered through the API, to be served from now on.
 #[derive(Debug)]
 pub struct Registered {
@@ -62,7 +72,7 @@ pub struct Heartbeat {
     nodes_api: Api<Node>,
     leases_api: Api<Lease>,
     opts: AgentOptions,
-    cmds: mpsc::UnboundedReceiver<Registered>,
+    cmds: mpsc::UnboundedReceiver<Command>,
     kubelet: mpsc::UnboundedSender<KubeletCmd>,
     served: HashMap<String, Served>,
     epoch: u64,
@@ -77,7 +87,7 @@ impl Heartbeat {
     pub fn new(
         client: kube::Client,
         opts: AgentOptions,
-        cmds: mpsc::UnboundedReceiver<Registered>,
+        cmds: mpsc::UnboundedReceiver<Command>,
         kubelet: mpsc::UnboundedSender<KubeletCmd>,
     ) -> Self {
         Heartbeat {
@@ -119,7 +129,8 @@ impl Heartbeat {
                     Err(e) => tracing::warn!(error = %e, "kube-testenv agent: heartbeat task failed"),
                 },
                 cmd = self.cmds.recv() => match cmd {
-                    Some(reg) => self.on_registered(reg),
+                    Some(Command::Register(reg)) => self.on_registered(reg),
+                    Some(Command::Lose(name)) => self.gone(&name, "lost its kubelet"),
                     None => return,
                 },
                 ev = events.next() => match ev {
@@ -228,7 +239,8 @@ impl Heartbeat {
         }
     }
 
-    /// The node was deleted by someone: stop heartbeating it and serving its pods.
+    /// The node was deleted by someone, or its kubelet is lost: stop heartbeating it and serving
+    /// its pods.
     fn gone(&mut self, name: &str, why: &str) {
         if self.served.remove(name).is_some() {
             tracing::info!(node = %name, "kube-testenv agent: node {why}; no longer served");

@@ -123,7 +123,7 @@ pub enum AgentError {
 /// The running agent: its tasks stop on [`AgentHandle::stop`] or when it is dropped.
 pub struct AgentHandle {
     client: kube::Client,
-    registered: mpsc::UnboundedSender<heartbeat::Registered>,
+    registered: mpsc::UnboundedSender<heartbeat::Command>,
     /// Registration order of every node ever added (fixes its IPs, kept across re-adds).
     indices: Arc<Mutex<HashMap<String, usize>>>,
     tasks: JoinSet<()>,
@@ -197,7 +197,11 @@ impl AgentHandle {
             match r {
                 Ok((name, index, Ok(uid))) => self
                     .registered
-                    .send(heartbeat::Registered { name, uid, index })
+                    .send(heartbeat::Command::Register(heartbeat::Registered {
+                        name,
+                        uid,
+                        index,
+                    }))
                     .map_err(|_| AgentError::Stopped)?,
                 Ok((_, _, Err(e))) => {
                     first_err.get_or_insert(e);
@@ -216,6 +220,15 @@ impl AgentHandle {
                 Ok(())
             }
         }
+    }
+
+    /// Stop serving node `name` as if its kubelet died: its Lease and status are no longer
+    /// renewed (the node lifecycle controller marks it NotReady, then taints it unreachable)
+    /// and its pods stay as they are. `add_nodes` with the same node serves it again.
+    pub fn lose_kubelet(&self, name: &str) -> Result<(), AgentError> {
+        self.registered
+            .send(heartbeat::Command::Lose(name.to_string()))
+            .map_err(|_| AgentError::Stopped)
     }
 
     /// Stop the kubelet and heartbeats and wait until their tasks have ended.
