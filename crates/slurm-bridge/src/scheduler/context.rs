@@ -5,10 +5,12 @@ use super::metrics::Metrics;
 use super::pod_ops::PodWriter;
 use super::slurm_ops::SchedulerSlurm;
 use crate::config::Config;
-use crate::slurm::{JobWatcher, SlurmJobs, SlurmNodeCache, SlurmNodes};
+use crate::slurm::{JobEvent, JobWatcher, SlurmJobs, SlurmNodeCache, SlurmNodes};
+use crate::workload::ir::pod_key;
 use crate::workload::kube_reader::KubeReader;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -33,23 +35,54 @@ pub struct Ctx<S> {
     pub locks: GroupLocks,
     pub metrics: Arc<Metrics>,
     /// Hash of the job description last sent for each job, to update a pending job only when
-    /// something changed.
+    /// something changed; pruned when the job ends ([`Ctx::job_event`]).
     pub sent: Mutex<HashMap<u32, u64>>,
-    /// Consecutive failures per pod, for backoff.
+    /// Consecutive failures per pod, for backoff; pruned when the pod is deleted
+    /// ([`Ctx::pod_event`]).
     pub failures: Mutex<HashMap<String, u32>>,
     /// True while this replica holds the leader lease (always, without leader election).
     pub leader: AtomicBool,
-    /// Bumped on every node event, to invalidate cached placements.
+    /// Bumped when what placement reads of a node changes, to invalidate cached placements.
     pub node_generation: Arc<std::sync::atomic::AtomicU64>,
-    /// Placements by pod constraints, valid for one node generation and one Slurm node listing.
+    /// Placements by pod constraints, valid for one node generation and one generation of the
+    /// Slurm node names.
     pub placements: Mutex<PlacementCache>,
 }
 
 /// Cached node filtering: the filter runs once per distinct set of pod constraints, not per pod.
 #[derive(Default)]
 pub struct PlacementCache {
-    valid_for: (u64, usize),
+    valid_for: Generations,
     entries: HashMap<u64, Arc<CachedPlacement>>,
+}
+
+/// What a cached placement was computed from: the Kubernetes node generation (bumped when a
+/// node's labels, taints, cordon or readiness change) and the Slurm node names' generation.
+pub type Generations = (u64, u64);
+
+impl PlacementCache {
+    /// Entries kept at most; beyond, the cache starts over.
+    const MAX_ENTRIES: usize = 4096;
+
+    /// The placement cached for `key`; a change of either generation empties the cache first.
+    pub fn get(&mut self, valid_for: Generations, key: u64) -> Option<Arc<CachedPlacement>> {
+        if self.valid_for != valid_for {
+            self.valid_for = valid_for;
+            self.entries.clear();
+        }
+        self.entries.get(&key).cloned()
+    }
+
+    /// Keeps a placement computed under `valid_for`, unless the nodes changed meanwhile.
+    pub fn insert(&mut self, valid_for: Generations, key: u64, placement: Arc<CachedPlacement>) {
+        if self.valid_for != valid_for {
+            return;
+        }
+        if self.entries.len() > Self::MAX_ENTRIES {
+            self.entries.clear();
+        }
+        self.entries.insert(key, placement);
+    }
 }
 
 /// A placement as the job description and the user message need it.
@@ -65,27 +98,20 @@ pub struct CachedPlacement {
 
 impl<S: Slurm> Ctx<S> {
     /// The placement for pods with these constraints, computed at most once per node
-    /// generation and Slurm node listing.
+    /// generation and Slurm node names generation.
     pub fn placement(&self, pods: &[k8s_openapi::api::core::v1::Pod]) -> Arc<CachedPlacement> {
         use super::feasibility::{constraints_key, place};
-        let slurm_names = self.slurm_nodes.names();
+        let slurm = self.slurm_nodes.snapshot();
         let valid_for = (
             self.node_generation.load(Ordering::Relaxed),
-            Arc::as_ptr(&slurm_names) as usize,
+            slurm.generation,
         );
         let key = constraints_key(pods);
-        {
-            let mut cache = self.placements.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.valid_for != valid_for {
-                cache.valid_for = valid_for;
-                cache.entries.clear();
-            }
-            if let Some(p) = cache.entries.get(&key) {
-                return p.clone();
-            }
+        if let Some(p) = self.placement_cache().get(valid_for, key) {
+            return p;
         }
         let nodes = self.nodes.state();
-        let p = place(pods, &nodes, &slurm_names, &[self.writer.toleration()]);
+        let p = place(pods, &nodes, &slurm.names, &[self.writer.toleration()]);
         let cached = Arc::new(CachedPlacement {
             feasible: p.feasible.len(),
             nodes: nodes.len(),
@@ -101,14 +127,14 @@ impl<S: Slurm> Ctx<S> {
                 .collect::<Vec<_>>()
                 .join(", "),
         });
-        let mut cache = self.placements.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.valid_for == valid_for {
-            if cache.entries.len() > 4096 {
-                cache.entries.clear();
-            }
-            cache.entries.insert(key, cached.clone());
-        }
+        self.placement_cache()
+            .insert(valid_for, key, cached.clone());
         cached
+    }
+
+    /// The placement cache, even if a panicking holder poisoned its lock.
+    fn placement_cache(&self) -> std::sync::MutexGuard<'_, PlacementCache> {
+        self.placements.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn is_leader(&self) -> bool {
@@ -125,9 +151,293 @@ impl<S: Slurm> Ctx<S> {
     }
 
     pub fn succeeded(&self, pod: &str) {
+        self.forget_pod(pod);
+    }
+
+    /// Forgets a pod's failure count (the pod was deleted, or its pass succeeded).
+    pub fn forget_pod(&self, pod: &str) {
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(pod);
+    }
+
+    /// Forgets what is kept per job (the last description sent, the latency timers) once the job
+    /// is over, so these maps hold live jobs only.
+    pub fn forget_job(&self, job_id: u32) {
+        self.sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job_id);
+        self.metrics.forget_job(job_id);
+    }
+
+    /// Keeps the per-job state in step with the job watcher: times allocations, forgets jobs
+    /// that ended or that Slurm no longer lists.
+    pub fn job_event(&self, event: &JobEvent) {
+        match event {
+            JobEvent::Changed(job) if job.allocated_nodes().is_some() => {
+                self.metrics.allocated(job.job_id)
+            }
+            JobEvent::Changed(job) if job.is_active() => {}
+            JobEvent::Changed(job) | JobEvent::Gone(job) => self.forget_job(job.job_id),
+        }
+    }
+
+    /// Keeps the per-pod state in step with the pod watcher: forgets a deleted pod, and after a
+    /// relist (which reports no deletions) every pod the cache no longer holds.
+    pub fn pod_event(&self, event: &watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Delete(pod) => self.forget_pod(&pod_key(pod)),
+            watcher::Event::InitDone => self
+                .failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|key, _| self.is_cached(key)),
+            _ => {}
+        }
+    }
+
+    /// True while the pod cache holds the pod `ns/name`.
+    pub fn is_cached(&self, pod: &str) -> bool {
+        pod.split_once('/').is_some_and(|(ns, name)| {
+            self.pods
+                .get(&ObjectRef::<Pod>::new(name).within(ns))
+                .is_some()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::reconcile::{ReconcileError, error_policy};
+    use crate::slurm::WatchedJob;
+    use crate::workload::admin_comment::AdminComment;
+    use kube::runtime::reflector::{self, store::Writer};
+    use slurm_rest::models::{JobDescMsg, JobInfo, JobState, JobStateEntry};
+    use std::collections::BTreeSet;
+
+    /// Slurm for these tests: a node table; nothing else is ever called.
+    #[derive(Default)]
+    struct Nodes(Mutex<BTreeSet<&'static str>>);
+
+    impl SchedulerSlurm for Nodes {
+        async fn submit(&self, _: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
+            unreachable!("no submit in these tests")
+        }
+        async fn update(&self, _: u32, _: &JobDescMsg) -> Result<(), slurm_rest::Error> {
+            unreachable!("no update in these tests")
+        }
+        async fn cancel(&self, _: u32) -> Result<(), slurm_rest::Error> {
+            unreachable!("no cancel in these tests")
+        }
+    }
+
+    impl SlurmJobs for Nodes {
+        async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+            unreachable!("no job listing in these tests")
+        }
+        async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+            unreachable!("no job listing in these tests")
+        }
+        async fn job(&self, _: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
+            unreachable!("no job listing in these tests")
+        }
+    }
+
+    impl SlurmNodes for Nodes {
+        async fn list_nodes(&self) -> Result<Vec<slurm_rest::models::Node>, slurm_rest::Error> {
+            let names = self.0.lock().unwrap();
+            Ok(names
+                .iter()
+                .map(|n| slurm_rest::models::Node {
+                    name: n.to_string(),
+                    ..Default::default()
+                })
+                .collect())
+        }
+    }
+
+    struct Fixture {
+        ctx: Ctx<Nodes>,
+        slurm: Arc<Nodes>,
+        pods: Writer<Pod>,
+        nodes: Writer<Node>,
+    }
+
+    /// A context whose Kubernetes client points nowhere (these tests make no requests).
+    fn fixture() -> Fixture {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("URL"),
+        ))
+        .expect("client");
+        let slurm = Arc::new(Nodes::default());
+        let (pod_store, pods) = reflector::store();
+        let (node_store, nodes) = reflector::store();
+        let config = Config::default();
+        let ctx = Ctx {
+            client: client.clone(),
+            slurm: slurm.clone(),
+            watcher: JobWatcher::new(slurm.clone(), Default::default()),
+            slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
+            nodes: node_store,
+            pods: pod_store,
+            reader: KubeReader::new(client.clone()),
+            writer: PodWriter::new(client, &config.scheduler_name),
+            locks: Default::default(),
+            metrics: Metrics::new(&mut Default::default()),
+            sent: Default::default(),
+            failures: Default::default(),
+            leader: AtomicBool::new(true),
+            node_generation: Default::default(),
+            placements: Default::default(),
+            config,
+        };
+        Fixture {
+            ctx,
+            slurm,
+            pods,
+            nodes,
+        }
+    }
+
+    fn pod(ns: &str, name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .expect("pod")
+    }
+
+    fn ready_node(name: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node")
+    }
+
+    fn job(id: u32, state: JobState, nodes: Option<&str>) -> Arc<WatchedJob> {
+        Arc::new(WatchedJob {
+            job_id: id,
+            state: vec![state],
+            state_reason: None,
+            nodes: nodes.map(str::to_string),
+            comment: AdminComment {
+                pods: vec!["ns/a".into()],
+                group: Some("ns/g".into()),
+                uids: vec![],
+            },
+        })
+    }
+
+    #[tokio::test]
+    async fn placements_survive_an_unchanged_slurm_node_listing_and_not_a_changed_one() {
+        let f = fixture();
+        let mut nodes = f.nodes;
+        nodes.apply_watcher_event(&watcher::Event::Apply(ready_node("n1")));
+        *f.slurm.0.lock().unwrap() = BTreeSet::from(["n1"]);
+        f.ctx.slurm_nodes.refresh().await.unwrap();
+        let pods = [pod("ns", "a")];
+        let first = f.ctx.placement(&pods);
+        assert_eq!(first.feasible, 1);
+
+        // The same listing again (a new allocation each time before): still a cache hit.
+        f.ctx.slurm_nodes.refresh().await.unwrap();
+        assert!(Arc::ptr_eq(&f.ctx.placement(&pods), &first));
+
+        // Slurm's nodes changed: computed again, from the new names.
+        *f.slurm.0.lock().unwrap() = BTreeSet::from(["n2"]);
+        f.ctx.slurm_nodes.refresh().await.unwrap();
+        let changed = f.ctx.placement(&pods);
+        assert_eq!(changed.feasible, 0);
+        assert_eq!(changed.excluded, ["n2"]);
+    }
+
+    #[test]
+    fn a_placement_computed_under_old_generations_is_not_kept() {
+        let mut cache = PlacementCache::default();
+        let p = Arc::new(CachedPlacement {
+            feasible: 1,
+            nodes: 1,
+            excluded: vec![],
+            rejections: String::new(),
+        });
+        assert!(cache.get((1, 1), 7).is_none());
+        cache.insert((1, 1), 7, p.clone());
+        assert!(cache.get((1, 1), 7).is_some());
+        // The Slurm names changed while another placement was being computed.
+        assert!(cache.get((1, 2), 7).is_none());
+        cache.insert((1, 1), 8, p);
+        assert!(cache.get((1, 2), 8).is_none());
+    }
+
+    #[tokio::test]
+    async fn per_job_state_is_dropped_when_the_job_ends_or_is_gone() {
+        let f = fixture();
+        let ctx = &f.ctx;
+        // Job 1 submitted and cancelled while pending, job 2 allocated and never bound.
+        for id in [1, 2] {
+            ctx.metrics.submitted(id);
+            ctx.sent.lock().unwrap().insert(id, 42);
+        }
+        ctx.job_event(&JobEvent::Changed(job(2, JobState::Running, Some("n1"))));
+        assert_eq!(ctx.metrics.timed_jobs(), 2);
+
+        ctx.job_event(&JobEvent::Changed(job(1, JobState::Pending, None)));
+        assert_eq!(ctx.sent.lock().unwrap().len(), 2, "a pending job is kept");
+        ctx.job_event(&JobEvent::Changed(job(1, JobState::Cancelled, None)));
+        ctx.job_event(&JobEvent::Gone(job(2, JobState::Running, Some("n1"))));
+        assert!(ctx.sent.lock().unwrap().is_empty());
+        assert_eq!(ctx.metrics.timed_jobs(), 0);
+    }
+
+    #[tokio::test]
+    async fn per_pod_failures_are_dropped_when_the_pod_is_deleted() {
+        let f = fixture();
+        let (ctx, mut pods) = (&f.ctx, f.pods);
+        let (a, b) = (pod("ns", "a"), pod("ns", "b"));
+        pods.apply_watcher_event(&watcher::Event::Apply(a.clone()));
+        pods.apply_watcher_event(&watcher::Event::Apply(b));
+        ctx.backoff("ns/a");
+        ctx.backoff("ns/b");
+
+        pods.apply_watcher_event(&watcher::Event::Delete(a.clone()));
+        ctx.pod_event(&watcher::Event::Delete(a));
+        assert_eq!(ctx.failures.lock().unwrap().len(), 1);
+
+        // Pod b was deleted while the watch was down: the relist reports no deletion.
+        for event in [watcher::Event::Init, watcher::Event::InitDone] {
+            pods.apply_watcher_event(&event);
+            ctx.pod_event(&event);
+        }
+        assert!(ctx.failures.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_pass_of_a_deleted_pod_leaves_no_failure_count() {
+        let f = fixture();
+        let ctx = Arc::new(f.ctx);
+        let mut pods = f.pods;
+        let err = || ReconcileError::NodeList {
+            job_id: 1,
+            nodes: "n[".into(),
+            message: "bad".into(),
+        };
+        let a = pod("ns", "a");
+        pods.apply_watcher_event(&watcher::Event::Apply(a.clone()));
+        error_policy(Arc::new(a.clone()), &err(), ctx.clone());
+        assert_eq!(
+            ctx.failures.lock().unwrap().len(),
+            1,
+            "a live pod backs off"
+        );
+
+        // The pass ended after the pod's deletion was seen.
+        pods.apply_watcher_event(&watcher::Event::Delete(a.clone()));
+        ctx.pod_event(&watcher::Event::Delete(a.clone()));
+        error_policy(Arc::new(a), &err(), ctx.clone());
+        assert!(ctx.failures.lock().unwrap().is_empty());
     }
 }

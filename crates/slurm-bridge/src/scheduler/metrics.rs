@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -132,6 +132,29 @@ impl Metrics {
         {
             self.allocation_to_bound.observe(t.elapsed().as_secs_f64());
         }
+    }
+
+    /// Stops timing a job that is over (cancelled while pending, or never bound).
+    pub fn forget_job(&self, job_id: u32) {
+        self.submitted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job_id);
+        self.allocated_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&job_id);
+    }
+
+    /// Jobs being timed (submitted and not yet allocated, or allocated and not yet bound).
+    pub fn timed_jobs(&self) -> usize {
+        let submitted = self.submitted_at.lock().unwrap_or_else(|e| e.into_inner());
+        let allocated = self.allocated_at.lock().unwrap_or_else(|e| e.into_inner());
+        submitted
+            .keys()
+            .chain(allocated.keys())
+            .collect::<HashSet<_>>()
+            .len()
     }
 
     fn observe<T>(

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmNodeCache};
 use crate::workload::kube_reader::KubeReader;
 use context::{Ctx, Slurm};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
@@ -140,17 +140,6 @@ pub async fn run<S: Slurm>(
     );
 
     let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let pods_api: Api<Pod> = Api::all(client.clone());
-    let pod_cfg = watcher::Config::default().fields(&format!(
-        "spec.schedulerName={}",
-        opts.config.scheduler_name
-    ));
-    let pod_stream = watcher(pods_api, pod_cfg)
-        .default_backoff()
-        .modify(slim)
-        .reflect(pod_writer)
-        .applied_objects();
-
     let ctx = Arc::new(Ctx {
         config: opts.config.clone(),
         client: client.clone(),
@@ -170,6 +159,19 @@ pub async fn run<S: Slurm>(
         placements: Default::default(),
     });
 
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let pod_cfg = watcher::Config::default().fields(&format!(
+        "spec.schedulerName={}",
+        opts.config.scheduler_name
+    ));
+    let pod_events = ctx.clone();
+    let pod_stream = watcher(pods_api, pod_cfg)
+        .default_backoff()
+        .modify(slim)
+        .reflect(pod_writer)
+        .inspect_ok(move |event| pod_events.pod_event(event))
+        .applied_objects();
+
     // Leadership changes flip the flag reconciles check.
     {
         let ctx = ctx.clone();
@@ -187,14 +189,13 @@ pub async fn run<S: Slurm>(
     let mut job_events = job_watcher.subscribe();
     let pending_gauge = metrics.clone();
     let watcher_for_gauge = job_watcher.clone();
+    let job_event_ctx = ctx.clone();
     let triggers = async_stream_from(
         move |tx: futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>| async move {
             let mut gauge_at: Option<std::time::Instant> = None;
             while let Some(event) = job_events.recv().await {
+                job_event_ctx.job_event(&event);
                 let job = event.job();
-                if job.allocated_nodes().is_some() {
-                    pending_gauge.allocated(job.job_id);
-                }
                 // Counting scans the index: at most once a second, not per event.
                 if gauge_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     gauge_at = Some(std::time::Instant::now());

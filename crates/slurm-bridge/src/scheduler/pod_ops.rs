@@ -18,6 +18,8 @@ pub mod reason {
     pub const POD_GROUP_CLOSED: &str = "PodGroupClosed";
     /// The Slurm job is pending; the message carries Slurm's state_reason.
     pub const SLURM_JOB_PENDING: &str = "SlurmJobPending";
+    /// The Slurm job is suspended; its pods are bound when it resumes.
+    pub const SLURM_JOB_SUSPENDED: &str = "SlurmJobSuspended";
     /// Slurm rejected the job; the message carries Slurm's error text.
     pub const SLURM_SUBMIT_FAILED: &str = "SlurmSubmitFailed";
     /// slurmrestd could not be reached.

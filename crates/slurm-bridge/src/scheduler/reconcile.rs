@@ -88,6 +88,9 @@ pub async fn reconcile<S: Slurm>(
         (GangStatus::Complete, Some(job)) if job.is_pending() => {
             pending(&ctx, &pod, &tr, &job).await?
         }
+        (GangStatus::Complete, Some(job)) if job.is_suspended() => {
+            suspended(&ctx, &pod, &job).await
+        }
         (GangStatus::Complete, Some(_)) => Action::requeue(Duration::from_secs(2)),
         (gang, job) => gang_not_ready(&ctx, &pod, &tr, gang, job).await?,
     };
@@ -146,6 +149,11 @@ fn gang_by_membership(gang: &GangStatus, pods: usize) -> GangStatus {
 pub fn error_policy<S: Slurm>(pod: Arc<Pod>, err: &ReconcileError, ctx: Arc<Ctx<S>>) -> Action {
     let key = pod_key(&pod);
     let delay = ctx.backoff(&key);
+    // A pod deleted meanwhile is not retried: drop its count. Checked after counting, so a
+    // deletion seen in between is not undone.
+    if !ctx.is_cached(&key) {
+        ctx.forget_pod(&key);
+    }
     tracing::warn!(pod = %key, error = %err, retry_in = ?delay, "scheduling failed");
     Action::requeue(delay)
 }
@@ -191,7 +199,12 @@ async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
             tracing::debug!(pod = %pod_key(pod), error = %e, "setting PodScheduled failed");
         }
     }
-    let warning = why != reason::SLURM_JOB_PENDING && why != reason::WAITING_FOR_GANG;
+    let warning = ![
+        reason::SLURM_JOB_PENDING,
+        reason::SLURM_JOB_SUSPENDED,
+        reason::WAITING_FOR_GANG,
+    ]
+    .contains(&why);
     ctx.writer
         .event(pod, warning, why, message.to_string())
         .await;
@@ -388,6 +401,17 @@ async fn pending<S: Slurm>(
         // The watcher reports the reason (or the allocation) when it comes.
         None => Ok(Action::requeue(Duration::from_secs(30))),
     }
+}
+
+/// The group's job is suspended: it is still the group's job (no second one is submitted), but
+/// its pods are not bound until it resumes; the watcher's event for the resume triggers the bind.
+async fn suspended<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, job: &WatchedJob) -> Action {
+    let message = format!(
+        "Slurm job {} is suspended; the pod is bound when it resumes",
+        job.job_id
+    );
+    report(ctx, pod, reason::SLURM_JOB_SUSPENDED, &message).await;
+    Action::requeue(Duration::from_secs(30))
 }
 
 async fn gang_not_ready<S: Slurm>(

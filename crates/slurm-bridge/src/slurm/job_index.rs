@@ -41,11 +41,16 @@ impl WatchedJob {
         self.state.contains(&JobState::Running)
     }
 
-    /// Pending or running: the job still stands for its pods. Every other state (completed,
-    /// cancelled, failed, timeout, node_fail, preempted, ...) is over (fixes quirk 3, where only
-    /// CANCELLED and COMPLETED counted as gone).
+    /// Suspended by an admin or preemption: it keeps its allocation and resumes later.
+    pub fn is_suspended(&self) -> bool {
+        self.state.contains(&JobState::Suspended)
+    }
+
+    /// Pending, running or suspended: the job still stands for its pods, so its group gets no
+    /// second job. Every other state (completed, cancelled, failed, timeout, node_fail,
+    /// preempted, ...) is over (fixes quirk 3, where only CANCELLED and COMPLETED counted as gone).
     pub fn is_active(&self) -> bool {
-        self.is_pending() || self.is_running()
+        self.is_pending() || self.is_running() || self.is_suspended()
     }
 
     /// Allocated and running: pods can be bound.
@@ -188,6 +193,23 @@ mod tests {
         assert!(idx.active_for_group("h").is_empty(), "FAILED is not active");
         assert_eq!(idx.active_for_pod("ns/a")[0].job_id, 2);
         assert!(idx.active_for_pod("ns/b").is_empty());
+    }
+
+    #[test]
+    fn a_suspended_job_still_stands_for_its_group_and_pods() {
+        let mut idx = JobIndex::default();
+        let mut suspended = job(3, JobState::Suspended, "g", &["ns/a", "ns/b"]);
+        suspended.nodes = Some("node-[1-2]".into());
+        assert!(suspended.is_active());
+        assert_eq!(
+            suspended.allocated_nodes(),
+            None,
+            "nothing binds to a suspended job"
+        );
+        idx.upsert(suspended);
+        let ids = |jobs: Vec<Arc<WatchedJob>>| jobs.iter().map(|j| j.job_id).collect::<Vec<_>>();
+        assert_eq!(ids(idx.active_for_group("g")), [3], "no second job for g");
+        assert_eq!(ids(idx.active_for_pod("ns/b")), [3]);
     }
 
     #[test]
