@@ -616,3 +616,46 @@ async fn a_gated_pod_waits_for_its_gates_to_be_removed() {
     env.wait_bound(&["gated".into()], BIND_TIMEOUT).await;
     env.assert_consistent().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_larger_than_every_node_is_not_submitted() {
+    // Nodes have cpu 8 and memory 16000Mi allocatable.
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    let sized = |name: &str, cpu: &str| {
+        pod(
+            name,
+            json!({}),
+            json!({"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
+                                   "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}]}),
+        )
+    };
+    env.create_pod(sized("huge", "16")).await;
+    let message = env
+        .wait_condition("huge", "NoFeasibleNodes", Duration::from_secs(30))
+        .await;
+    assert!(
+        message.contains("0/2 nodes are available")
+            && message.contains("2 Insufficient cpu (requested 16, largest node allocatable 8)"),
+        "{message}"
+    );
+    assert!(
+        env.slurm_job_ids().is_empty(),
+        "no Slurm job for a pod no node can hold"
+    );
+    // A pod that fits is scheduled beside it, through Slurm.
+    env.create_pod(sized("fits", "2")).await;
+    let pods = env.wait_bound(&["fits".into()], BIND_TIMEOUT).await;
+    assert_eq!(env.slurm_job_ids(), [job_id_of(&pods[0])]);
+    let huge = env.pods().get("huge").await.unwrap();
+    assert!(!e2e::node_name_is_set(&huge));
+    assert!(
+        !huge
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key(slurm_bridge::wellknown::LABEL_SLURM_JOBID),
+        "no job label on the pod that does not fit"
+    );
+    env.assert_consistent().await;
+}

@@ -1,12 +1,19 @@
 //! Which Kubernetes nodes a pod may run on, by the default scheduler's rules (nodeSelector,
-//! required node affinity, taints against tolerations, unschedulable, NotReady), and which Slurm
-//! nodes must therefore be excluded from the pod's external job.
+//! required node affinity, taints against tolerations, unschedulable, NotReady, resource fit),
+//! and which Slurm nodes must therefore be excluded from the pod's external job.
 //!
 //! The original left this to kube-scheduler's filter plugins and sent the survivors as
 //! `required_nodes`; that asks Slurm for *all* of them (reference §10). Here the bridge sends
 //! the others as `excluded_nodes`, and Slurm picks among the rest.
+//!
+//! Resource fit (the original profile's `NodeResourcesFit`, reference §2.6) compares the pod's
+//! effective requests with the node's *allocatable* alone: a node that could never hold the pod
+//! is excluded. What other pods use is not subtracted; Slurm owns placement and capacity
+//! accounting, and its allocation decides whether there is room now.
 
-use crate::wellknown::LABEL_SLURM_NODENAME;
+use crate::resources::Quantity;
+use crate::resources::pod_resources::{ResourceList, pod_requests};
+use crate::wellknown::{DEVICECLASS_PREFIX, LABEL_SLURM_NODENAME};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
 };
@@ -31,6 +38,19 @@ pub enum Infeasible {
     UntoleratedTaint(String),
     NodeSelector,
     NodeAffinity,
+    /// The node's allocatable cannot hold the pod's requests (one entry per resource short).
+    Insufficient(Vec<Shortfall>),
+}
+
+/// A resource a node's allocatable cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// Resource name (`cpu`, `memory`, `nvidia.com/gpu`, ...).
+    pub resource: String,
+    /// The pod's effective request.
+    pub requested: Quantity,
+    /// The node's allocatable (zero when the node does not advertise the resource).
+    pub allocatable: Quantity,
 }
 
 impl std::fmt::Display for Infeasible {
@@ -43,13 +63,67 @@ impl std::fmt::Display for Infeasible {
             Infeasible::NodeAffinity => {
                 write!(f, "node does not match the pod's required node affinity")
             }
+            Infeasible::Insufficient(short) => {
+                for (i, s) in short.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}Insufficient {}", s.resource)?;
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// What a node's allocatable must hold for a pod (NodeResourcesFit): every positive effective
+/// request (containers, init containers and sidecars, overhead, pod-level resources; see
+/// `pod_requests`). DRA extended resources (`deviceclass.resource.kubernetes.io/...`) are left
+/// out: no node advertises them, Slurm accounts for them as GRES. The node's pod count is not
+/// checked: it limits pods running at once, which is Slurm's side. `None` when a quantity does
+/// not parse (translation reports that).
+pub fn fit_requests(pod: &Pod) -> Option<ResourceList> {
+    let mut requests = pod_requests(pod.spec.as_ref()?).ok()?;
+    requests.retain(|name, q| *q > Quantity::ZERO && !name.starts_with(DEVICECLASS_PREFIX));
+    Some(requests)
+}
+
+/// Whether a node's allocatable can hold `requests` at all (nothing else running on it). A
+/// resource the node does not advertise counts as zero, as in kube-scheduler.
+pub fn fits(requests: &ResourceList, node: &Node) -> Result<(), Infeasible> {
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let short: Vec<Shortfall> = requests
+        .iter()
+        .filter_map(|(resource, &requested)| {
+            let allocatable = allocatable
+                .and_then(|a| a.get(resource))
+                .and_then(|q| Quantity::from_k8s(q).ok())
+                .unwrap_or(Quantity::ZERO);
+            (requested > allocatable).then(|| Shortfall {
+                resource: resource.clone(),
+                requested,
+                allocatable,
+            })
+        })
+        .collect();
+    if short.is_empty() {
+        Ok(())
+    } else {
+        Err(Infeasible::Insufficient(short))
     }
 }
 
 /// Checks one node against one pod. `extra` tolerations count as the pod's own (the bridge
 /// toleration, which the pod gets before it is bound).
 pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasible> {
+    check_with(pod, fit_requests(pod).as_ref(), node, extra)
+}
+
+/// [`check`] with the pod's [`fit_requests`] computed once by the caller.
+fn check_with(
+    pod: &Pod,
+    requests: Option<&ResourceList>,
+    node: &Node,
+    extra: &[Toleration],
+) -> Result<(), Infeasible> {
     let ready = node
         .status
         .as_ref()
@@ -111,11 +185,14 @@ pub fn check(pod: &Pod, node: &Node, extra: &[Toleration]) -> Result<(), Infeasi
             return Err(Infeasible::NodeAffinity);
         }
     }
-    Ok(())
+    match requests {
+        Some(requests) => fits(requests, node),
+        None => Ok(()),
+    }
 }
 
-/// What of a node placement reads (labels, taints, unschedulable, Ready), hashed: a change of
-/// anything else (status heartbeats) does not invalidate cached placements.
+/// What of a node placement reads (labels, taints, unschedulable, Ready, allocatable), hashed: a
+/// change of anything else (status heartbeats) does not invalidate cached placements.
 pub fn fingerprint(node: &Node) -> u64 {
     use std::hash::{Hash, Hasher};
     let ready = node
@@ -130,6 +207,7 @@ pub fn fingerprint(node: &Node) -> u64 {
         spec.and_then(|s| s.taints.as_ref()),
         spec.and_then(|s| s.unschedulable),
         ready,
+        node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
     ])
     .to_string();
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -137,9 +215,9 @@ pub fn fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
-/// What of a pod decides where it may run: its nodeSelector, required node affinity and
-/// tolerations, as a hashable key (pods of a Job or a gang usually share one, so the filter runs
-/// once for all of them).
+/// What of a pod decides where it may run: its nodeSelector, required node affinity,
+/// tolerations and effective requests ([`fit_requests`]), as a hashable key (pods of a Job or a
+/// gang usually share one, so the filter runs once for all of them).
 pub fn constraints_key(pods: &[Pod]) -> u64 {
     use std::hash::{Hash, Hasher};
     let distinct: std::collections::BTreeSet<String> = pods
@@ -151,6 +229,11 @@ pub fn constraints_key(pods: &[Pod]) -> u64 {
                 spec.and_then(|s| s.affinity.as_ref())
                     .and_then(|a| a.node_affinity.as_ref()),
                 spec.and_then(|s| s.tolerations.as_ref()),
+                fit_requests(p).map(|r| {
+                    r.iter()
+                        .map(|(name, q)| (name.clone(), q.to_string()))
+                        .collect::<std::collections::BTreeMap<_, _>>()
+                }),
             ])
             .to_string()
         })
@@ -248,18 +331,39 @@ pub fn place(
 ) -> Placement {
     let mut feasible = BTreeSet::new();
     let mut reasons: std::collections::BTreeMap<String, usize> = Default::default();
+    // Per resource short: nodes, the largest request, the largest allocatable among those nodes.
+    let mut short: std::collections::BTreeMap<String, (usize, Quantity, Quantity)> =
+        Default::default();
+    let requests: Vec<Option<ResourceList>> = pods.iter().map(fit_requests).collect();
     for node in nodes {
         let verdict = pods
             .iter()
-            .map(|p| check(p, node, extra))
+            .zip(&requests)
+            .map(|(p, r)| check_with(p, r.as_ref(), node, extra))
             .find(Result::is_err)
             .unwrap_or(Ok(()));
         match verdict {
             Ok(()) => {
                 feasible.insert(slurm_node_name(node));
             }
+            Err(Infeasible::Insufficient(list)) => {
+                for s in list {
+                    let e = short.entry(s.resource).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(s.requested);
+                    e.2 = e.2.max(s.allocatable);
+                }
+            }
             Err(why) => *reasons.entry(why.to_string()).or_default() += 1,
         }
+    }
+    for (resource, (n, requested, allocatable)) in short {
+        let reason = format!(
+            "Insufficient {resource} (requested {}, largest node allocatable {})",
+            show(&resource, requested),
+            show(&resource, allocatable)
+        );
+        *reasons.entry(reason).or_default() += n;
     }
     let excluded = slurm_nodes
         .iter()
@@ -277,6 +381,34 @@ pub fn place(
         excluded,
         rejections,
     }
+}
+
+/// A quantity for users: byte counts (memory, ephemeral-storage, hugepages) with the shortest
+/// exact suffix (`16000Mi`, `20Gi`, `100M`), anything else as Kubernetes writes it.
+fn show(resource: &str, q: Quantity) -> String {
+    let bytes = resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-");
+    let Some(n) = q.as_integer().filter(|n| bytes && *n > 0) else {
+        return q.to_string();
+    };
+    let mut best = n.to_string();
+    for (base, suffixes) in [
+        (1024i128, ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]),
+        (1000i128, ["k", "M", "G", "T", "P", "E"]),
+    ] {
+        let mut scale = 1i128;
+        for suffix in suffixes {
+            scale *= base;
+            if n % scale == 0 {
+                let text = format!("{}{suffix}", n / scale);
+                if text.len() < best.len() {
+                    best = text;
+                }
+            }
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -459,5 +591,292 @@ mod tests {
             p.rejections,
             [("node does not match the pod's nodeSelector".to_string(), 2)]
         );
+    }
+
+    fn sized_node(name: &str, allocatable: serde_json::Value) -> Arc<Node> {
+        Arc::new(node(
+            json!({"metadata": {"name": name}, "status": {"allocatable": allocatable}}),
+        ))
+    }
+
+    fn requesting(requests: serde_json::Value) -> Pod {
+        pod(json!({"containers": [{"name": "c", "resources": {"requests": requests}}]}))
+    }
+
+    fn short(resource: &str, requested: &str, allocatable: &str) -> Shortfall {
+        Shortfall {
+            resource: resource.into(),
+            requested: Quantity::parse(requested).unwrap(),
+            allocatable: Quantity::parse(allocatable).unwrap(),
+        }
+    }
+
+    fn standard() -> Arc<Node> {
+        sized_node(
+            "n1",
+            json!({"cpu": "8", "memory": "16000Mi", "pods": "110"}),
+        )
+    }
+
+    #[test]
+    fn cpu_beyond_allocatable_does_not_fit() {
+        let n = standard();
+        assert_eq!(check(&requesting(json!({"cpu": "8"})), &n, &[]), Ok(()));
+        assert_eq!(check(&requesting(json!({"cpu": "7500m"})), &n, &[]), Ok(()));
+        assert_eq!(
+            check(&requesting(json!({"cpu": "16"})), &n, &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "16", "8")]))
+        );
+        assert_eq!(
+            check(&requesting(json!({"cpu": "8001m"})), &n, &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "8001m", "8")]))
+        );
+    }
+
+    #[test]
+    fn memory_beyond_allocatable_does_not_fit_and_every_short_resource_is_named() {
+        let n = standard();
+        assert_eq!(
+            check(&requesting(json!({"memory": "16000Mi"})), &n, &[]),
+            Ok(())
+        );
+        assert_eq!(
+            check(&requesting(json!({"memory": "20Gi"})), &n, &[]),
+            Err(Infeasible::Insufficient(vec![short(
+                "memory", "20Gi", "16000Mi"
+            )]))
+        );
+        let both = check(&requesting(json!({"cpu": "9", "memory": "17G"})), &n, &[]);
+        assert_eq!(
+            both,
+            Err(Infeasible::Insufficient(vec![
+                short("cpu", "9", "8"),
+                short("memory", "17G", "16000Mi")
+            ]))
+        );
+        assert_eq!(
+            both.unwrap_err().to_string(),
+            "Insufficient cpu, Insufficient memory"
+        );
+    }
+
+    #[test]
+    fn an_extended_resource_must_be_advertised_by_the_node() {
+        let plain = standard();
+        let gpus = sized_node("g1", json!({"cpu": "8", "nvidia.com/gpu": "4"}));
+        let two = requesting(json!({"nvidia.com/gpu": "2"}));
+        assert_eq!(
+            check(&two, &plain, &[]),
+            Err(Infeasible::Insufficient(vec![short(
+                "nvidia.com/gpu",
+                "2",
+                "0"
+            )]))
+        );
+        assert_eq!(check(&two, &gpus, &[]), Ok(()));
+        // A limit alone is the request too (API defaulting).
+        let eight = pod(
+            json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}),
+        );
+        assert_eq!(
+            check(&eight, &gpus, &[]),
+            Err(Infeasible::Insufficient(vec![short(
+                "nvidia.com/gpu",
+                "8",
+                "4"
+            )]))
+        );
+        // DRA extended resources are Slurm's (GRES): no node advertises them.
+        let dra = requesting(json!({"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}));
+        assert_eq!(check(&dra, &plain, &[]), Ok(()));
+        // Zero requests ask for nothing; a pod without requests fits a node without allocatable.
+        assert_eq!(
+            check(&requesting(json!({"example.com/foo": "0"})), &plain, &[]),
+            Ok(())
+        );
+        assert_eq!(check(&pod(json!({})), &node(json!({})), &[]), Ok(()));
+        assert_eq!(
+            check(&requesting(json!({"cpu": "1"})), &node(json!({})), &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "1", "0")]))
+        );
+    }
+
+    #[test]
+    fn init_containers_sidecars_and_overhead_count() {
+        let n = standard();
+        // A large init container runs alone, but the node must still hold it.
+        let init = pod(json!({
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "12"}}}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
+        }));
+        assert_eq!(
+            check(&init, &n, &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "12", "8")]))
+        );
+        // A sidecar (restartable init container) runs beside the containers: 5 + 4 > 8.
+        let sidecar = pod(json!({
+            "initContainers": [{"name": "s", "restartPolicy": "Always",
+                                "resources": {"requests": {"cpu": "4"}}}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "5"}}}]
+        }));
+        assert_eq!(
+            check(&sidecar, &n, &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "9", "8")]))
+        );
+        // Pod overhead (RuntimeClass) is added to the requests.
+        let overhead = pod(json!({
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "8"}}}],
+            "overhead": {"cpu": "250m"}
+        }));
+        assert_eq!(
+            check(&overhead, &n, &[]),
+            Err(Infeasible::Insufficient(vec![short("cpu", "8250m", "8")]))
+        );
+    }
+
+    #[test]
+    fn other_reasons_come_before_resource_fit() {
+        let tainted = node(json!({
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "8"}}
+        }));
+        assert!(matches!(
+            check(&requesting(json!({"cpu": "16"})), &tainted, &[]),
+            Err(Infeasible::UntoleratedTaint(_))
+        ));
+    }
+
+    #[test]
+    fn placement_names_the_short_resource_and_the_largest_allocatable() {
+        let nodes = vec![
+            sized_node("small", json!({"cpu": "4", "memory": "8Gi"})),
+            sized_node("big", json!({"cpu": "8", "memory": "16000Mi"})),
+            Arc::new(node(json!({
+                "metadata": {"name": "huge"},
+                "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "64", "memory": "256Gi"}}
+            }))),
+        ];
+        let slurm: BTreeSet<String> = ["small", "big", "huge"].map(String::from).into();
+        let p = place(
+            &[requesting(json!({"cpu": "16", "memory": "20Gi"}))],
+            &nodes,
+            &slurm,
+            &[],
+        );
+        assert!(p.feasible.is_empty());
+        assert_eq!(p.excluded, ["big", "huge", "small"]);
+        assert_eq!(
+            p.rejections,
+            [
+                (
+                    "Insufficient cpu (requested 16, largest node allocatable 8)".to_string(),
+                    2
+                ),
+                (
+                    "Insufficient memory (requested 20Gi, largest node allocatable 16000Mi)"
+                        .to_string(),
+                    2
+                ),
+                ("untolerated taint k=:NoSchedule".to_string(), 1),
+            ]
+        );
+        // A pod that fits the big node only: the small one is excluded.
+        let p = place(&[requesting(json!({"cpu": "6"}))], &nodes, &slurm, &[]);
+        assert_eq!(p.feasible.iter().collect::<Vec<_>>(), ["big"]);
+        assert_eq!(
+            p.rejections[0],
+            (
+                "Insufficient cpu (requested 6, largest node allocatable 4)".to_string(),
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn every_pod_of_a_group_must_fit() {
+        let nodes = vec![
+            sized_node("n1", json!({"cpu": "8"})),
+            sized_node("n2", json!({"cpu": "8", "nvidia.com/gpu": "1"})),
+        ];
+        let slurm: BTreeSet<String> = ["n1", "n2"].map(String::from).into();
+        let group = [
+            requesting(json!({"cpu": "2"})),
+            requesting(json!({"cpu": "2", "nvidia.com/gpu": "1"})),
+        ];
+        let p = place(&group, &nodes, &slurm, &[]);
+        assert_eq!(p.feasible.iter().collect::<Vec<_>>(), ["n2"]);
+        assert_eq!(p.excluded, ["n1"]);
+        assert_eq!(
+            p.rejections,
+            [(
+                "Insufficient nvidia.com/gpu (requested 1, largest node allocatable 0)".to_string(),
+                1
+            )]
+        );
+    }
+
+    #[test]
+    fn requests_are_part_of_the_cache_key() {
+        let key = |r: serde_json::Value| constraints_key(&[requesting(r)]);
+        assert_ne!(key(json!({"cpu": "2"})), key(json!({"cpu": "16"})));
+        assert_ne!(
+            key(json!({"cpu": "2"})),
+            key(json!({"cpu": "2", "memory": "1Gi"}))
+        );
+        assert_ne!(
+            key(json!({"cpu": "2"})),
+            key(json!({"cpu": "2", "nvidia.com/gpu": "1"}))
+        );
+        assert_ne!(
+            constraints_key(&[requesting(json!({"cpu": "2"}))]),
+            constraints_key(&[
+                requesting(json!({"cpu": "2"})),
+                requesting(json!({"cpu": "16"}))
+            ])
+        );
+        // The same effective request, however written, shares the cached placement.
+        assert_eq!(key(json!({"cpu": "1"})), key(json!({"cpu": "1000m"})));
+        let split = pod(json!({"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "1"}}}
+        ]}));
+        assert_eq!(constraints_key(&[split]), key(json!({"cpu": "2"})));
+        assert_eq!(key(json!({"cpu": "0"})), constraints_key(&[pod(json!({}))]));
+    }
+
+    #[test]
+    fn an_allocatable_change_invalidates_cached_placements() {
+        let a = standard();
+        let b = sized_node(
+            "n1",
+            json!({"cpu": "4", "memory": "16000Mi", "pods": "110"}),
+        );
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+        let mut heartbeat = (*a).clone();
+        heartbeat
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .last_heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Default::default(),
+        ));
+        assert_eq!(fingerprint(&a), fingerprint(&heartbeat));
+    }
+
+    #[test]
+    fn byte_quantities_are_shown_with_the_shortest_exact_suffix() {
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        assert_eq!(show("memory", q("16000Mi")), "16000Mi");
+        assert_eq!(show("memory", q("20Gi")), "20Gi");
+        assert_eq!(show("memory", q("100M")), "100M");
+        assert_eq!(show("memory", q("1001")), "1001");
+        assert_eq!(show("hugepages-2Mi", q("4Mi")), "4Mi");
+        assert_eq!(show("cpu", q("1500m")), "1500m");
+        assert_eq!(show("cpu", q("1024")), "1024");
+        assert_eq!(show("memory", q("0")), "0");
     }
 }
