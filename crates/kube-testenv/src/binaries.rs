@@ -217,11 +217,13 @@ fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Resul
         .map_err(Error::io("mark build complete"))?;
     let _ = fs::remove_dir_all(out);
     fs::rename(&tmp, out).map_err(Error::io(format!("rename into {}", out.display())))?;
-    eprintln!(
-        "kube-testenv: built {} in {:.0} s",
-        module.name,
-        started.elapsed().as_secs_f64()
-    );
+    if module.commands.len() > 1 {
+        eprintln!(
+            "kube-testenv: built {} in {:.0} s",
+            module.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
 
