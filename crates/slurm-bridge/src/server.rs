@@ -25,7 +25,8 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 /// Serves the probes and metrics on `listener` until `shutdown` completes. `/readyz` answers 200
-/// once `ready` is true (caches synced), 503 before.
+/// while `ready` is true (caches synced, not shutting down), 503 otherwise; `/healthz` answers 200
+/// as long as the process serves, through a graceful shutdown too.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     ready: watch::Receiver<bool>,
@@ -54,7 +55,7 @@ async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: caches not synced",
+            "not ready: caches not synced yet, or shutting down",
         )
     }
 }

@@ -1,17 +1,20 @@
-//! Leader election on a Lease (real kube-apiserver from kube-testenv), leader gating of the scheduler on
-//! real Slurm, and the /healthz, /readyz and /metrics endpoints.
+//! Leader election on a Lease (real kube-apiserver from kube-testenv), the scheduler's lifecycle on
+//! real Slurm (standby, leadership lost mid-pass, graceful shutdown of the process), and the
+//! /healthz, /readyz and /metrics endpoints.
 
 mod e2e;
 
-use e2e::{Env, pod};
+use e2e::{Env, Gated, SlurmWrites, pod};
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use slurm_bridge::scheduler::SchedulerOptions;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_one_of_two_candidates_leads() {
+async fn exactly_one_of_two_candidates_leads_and_a_released_lease_passes_on() {
     let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::default())
         .await
         .unwrap();
@@ -21,45 +24,238 @@ async fn exactly_one_of_two_candidates_leads() {
     let b = slurm_bridge::leader::elect(env.client(), "default", "sched", "replica-b")
         .await
         .unwrap();
+    let (ra, rb) = (a.receiver(), b.receiver());
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !(*a.borrow() || *b.borrow()) {
+    while !(*ra.borrow() || *rb.borrow()) {
         assert!(Instant::now() < deadline, "nobody became leader");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Stable: never both, for a few renewals.
     for _ in 0..30 {
-        assert!(!(*a.borrow() && *b.borrow()), "two leaders at once");
+        assert!(!(*ra.borrow() && *rb.borrow()), "two leaders at once");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let holder = if *a.borrow() {
-        "replica-a"
+    let (holder, leader, mut standby) = if *ra.borrow() {
+        ("replica-a", a, rb)
     } else {
-        "replica-b"
+        ("replica-b", b, ra)
     };
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(env.client(), "default");
-    let lease = leases.get("sched").await.unwrap();
+    let holder_of = || async {
+        leases
+            .get("sched")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.holder_identity)
+    };
     assert_eq!(
-        lease.spec.unwrap().holder_identity.as_deref(),
+        holder_of().await.as_deref(),
         Some(holder),
         "the Lease names the leader"
     );
+    // A leader that stops gives the Lease up (rather than let it expire), and the standby leads.
+    let mut leading = leader.receiver();
+    leader.release().await;
+    assert!(!*leading.borrow_and_update());
+    assert_ne!(holder_of().await.as_deref(), Some(holder));
+    tokio::time::timeout(Duration::from_secs(60), standby.wait_for(|l| *l))
+        .await
+        .expect("the standby leads")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stands_down_when_its_lease_is_taken() {
+    let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::default())
+        .await
+        .unwrap();
+    let me = slurm_bridge::leader::elect(env.client(), "default", "taken", "replica-a")
+        .await
+        .unwrap();
+    let mut leading = me.receiver();
+    tokio::time::timeout(Duration::from_secs(30), leading.wait_for(|l| *l))
+        .await
+        .expect("leads")
+        .unwrap();
+    // Another identity takes the Lease (as a replica would after a partition).
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(env.client(), "default");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    leases
+        .patch(
+            "taken",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {
+                "holderIdentity": "intruder",
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                "leaseDurationSeconds": 15,
+            }})),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), leading.wait_for(|l| !*l))
+        .await
+        .expect("stands down")
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_scheduler_does_not_act_until_it_leads() {
     let mut env = Env::start(1).await;
     let (lead_tx, lead_rx) = watch::channel(false);
-    let slurm = e2e::rest_client(&env.slurm);
+    let writes = SlurmWrites::open();
+    let slurm = Gated {
+        inner: e2e::rest_client(&env.slurm),
+        writes: writes.clone(),
+    };
     env.start_scheduler_led(slurm, lead_rx).await;
-    env.create_pod(pod("patient", json!({}), json!({}))).await;
+    let created = env.create_pod(pod("patient", json!({}), json!({}))).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let handle = env.handle().clone();
+    assert!(!*handle.leading.borrow());
+    // No pass at all (no polling), no Slurm write, no Kubernetes write...
+    assert_eq!(handle.reconcile_passes.get(), 0, "a standby ran passes");
+    assert_eq!(writes.writes(), 0, "a standby wrote to Slurm");
+    assert_eq!(*writes.submits_entered.borrow(), 0);
     assert!(env.slurm_job_ids().is_empty(), "a standby submitted a job");
     let p = env.pods().get("patient").await.unwrap();
     assert!(!e2e::node_name_is_set(&p));
+    assert_eq!(
+        p.metadata.resource_version, created.metadata.resource_version,
+        "a standby wrote to the pod"
+    );
+    assert!(env.event_reasons("patient").await.is_empty());
+    // ... but warm caches: the job watcher keeps polling Slurm.
+    assert!(handle.metrics.slurm_calls.load(Ordering::Relaxed) > 0);
+
     lead_tx.send(true).unwrap();
     env.wait_bound(&["patient".into()], Duration::from_secs(60))
         .await;
+    assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_that_loses_leadership_mid_pass_aborts_it() {
+    let mut env = Env::start(1).await;
+    let (lead_tx, lead_rx) = watch::channel(true);
+    let writes = SlurmWrites::closed();
+    let slurm = Gated {
+        inner: e2e::rest_client(&env.slurm),
+        writes: writes.clone(),
+    };
+    env.start_scheduler_led(slurm, lead_rx).await;
+    let mut leading = env.handle().leading.clone();
+    tokio::time::timeout(Duration::from_secs(30), leading.wait_for(|l| *l))
+        .await
+        .expect("leads")
+        .unwrap();
+    env.create_pod(pod("contested", json!({}), json!({}))).await;
+    // A pass is in flight, held at its submit.
+    writes.wait_entered(1, Duration::from_secs(60)).await;
+
+    lead_tx.send(false).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), leading.wait_for(|l| !*l))
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    let before = env.pods().get("contested").await.unwrap();
+    // A pass still running would now submit, label and bind; an aborted one never resumes.
+    writes.let_through(1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        writes.writes(),
+        0,
+        "a pass submitted after leadership was lost"
+    );
+    assert!(env.slurm_job_ids().is_empty());
+    let after = env.pods().get("contested").await.unwrap();
+    assert!(
+        !e2e::node_name_is_set(&after),
+        "bound after leadership was lost"
+    );
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "the pod was written after leadership was lost"
+    );
+
+    // Leading again: the pod is scheduled, with one job.
+    lead_tx.send(true).unwrap();
+    env.wait_bound(&["contested".into()], Duration::from_secs(60))
+        .await;
+    assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
+    assert_eq!(env.slurm_job_ids().len(), 1);
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_pass_in_flight_finish_with_readiness_false_first() {
+    let mut env = Env::start(1).await;
+    let writes = SlurmWrites::closed();
+    let slurm = Gated {
+        inner: e2e::rest_client(&env.slurm),
+        writes: writes.clone(),
+    };
+    let mut opts = SchedulerOptions::new(e2e::config(&env.slurm));
+    opts.job_poll_interval = Duration::from_millis(200);
+    // Far longer than the test needs: the pass is let through right after the signal.
+    opts.shutdown_grace = Duration::from_secs(300);
+    let listener = slurm_bridge::server::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (signal, signals) = futures::channel::mpsc::unbounded::<()>();
+    // As `--leader-elect=false`: nothing may end at start.
+    let process = tokio::spawn(slurm_bridge::cli::scheduler::serve(
+        env.kube.clone(),
+        slurm,
+        opts,
+        None,
+        listener,
+        signals,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(port, "/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "ready within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.create_pod(pod("inflight", json!({}), json!({}))).await;
+    writes.wait_entered(1, Duration::from_secs(60)).await;
+
+    signal.unbounded_send(()).unwrap();
+    // Readiness goes false while the pass is still in flight; liveness stays.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(port, "/readyz").await.0 != 503 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready within 30 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(port, "/healthz").await.0, 200);
+    assert!(!process.is_finished(), "exited with a pass in flight");
+
+    // The pass finishes, then the process exits.
+    writes.let_through(1);
+    tokio::time::timeout(Duration::from_secs(120), process)
+        .await
+        .expect("exits once the pass is done")
+        .unwrap()
+        .unwrap();
+    assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
+    let ids = env.slurm_job_ids();
+    assert_eq!(ids.len(), 1, "one job: {ids:?}");
+    let p = env.pods().get("inflight").await.unwrap();
+    assert_eq!(e2e::job_id_of(&p), ids[0], "the pass labelled the pod");
+    env.assert_consistent().await;
+    // No new pass started after the signal, so nothing bound it; the next scheduler does, with
+    // the same job.
+    env.start_scheduler().await;
+    env.wait_bound(&["inflight".into()], Duration::from_secs(60))
+        .await;
+    assert_eq!(env.slurm_job_ids(), ids);
     env.assert_consistent().await;
 }
 

@@ -2,9 +2,11 @@
 //! election and clean shutdown on SIGTERM.
 
 use crate::config::Config;
+use crate::scheduler::context::Slurm;
 use crate::scheduler::{self, SchedulerOptions};
 use crate::{leader, server};
 use anyhow::{Context, bail};
+use futures::{Stream, StreamExt};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +34,10 @@ pub struct SchedulerArgs {
     /// Pods reconciled at once.
     #[arg(long, default_value_t = 64)]
     pub workers: u16,
+    /// On SIGTERM, how long the passes in flight may finish before they are aborted (keep it
+    /// below the pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
 }
 
 /// Parses `500ms`, `1s`, `2m` or a bare number of seconds.
@@ -77,21 +83,22 @@ pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
         .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// SIGTERM and SIGINT, as a stream: the first asks for a graceful shutdown, a second for an
+/// immediate one.
+pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(Box::pin(futures::stream::unfold(
+        (term, int),
+        |(mut term, mut int)| async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = int.recv() => tracing::info!("SIGINT"),
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = term => {},
-        _ = tokio::signal::ctrl_c() => {},
-    }
-    tracing::info!("shutting down");
+            Some(((), (term, int)))
+        },
+    )))
 }
 
 /// Runs the scheduler until SIGTERM/SIGINT.
@@ -101,56 +108,98 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
             "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
         );
     }
+    let signals = signals()?;
     let listener = server::bind(args.health_probe_bind_address).await?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
     let slurm = slurm_client(&cfg)?;
-    let leader_rx = if args.leader_elect {
-        let name = args
+    let lease = args.leader_elect.then(|| leader::LeaseSpec {
+        namespace: args.leader_elect_namespace.clone(),
+        name: args
             .leader_elect_name
             .clone()
-            .unwrap_or_else(|| cfg.scheduler_name.clone());
-        leader::elect(
-            client.clone(),
-            &args.leader_elect_namespace,
-            &name,
-            &leader::identity(),
-        )
-        .await?
-    } else {
-        watch::channel(true).1
-    };
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let wait = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let mut registry = Registry::default();
-    let (ready_tx, ready_rx) = watch::channel(false);
+            .unwrap_or_else(|| cfg.scheduler_name.clone()),
+        identity: leader::identity(),
+    });
     let mut opts = SchedulerOptions::new(cfg);
     opts.job_poll_interval = args.slurm_poll_interval;
     opts.concurrency = args.workers;
-    let _handle = scheduler::run(
+    opts.shutdown_grace = args.shutdown_grace;
+    serve(client, slurm, opts, lease, listener, signals).await
+}
+
+/// The scheduler process: leader election (`lease`, or none: lead at once), the scheduler and
+/// the probes on `listener`, until the first item of `signals`. Then `/readyz` turns 503, no new
+/// pass starts, the passes in flight finish (up to `opts.shutdown_grace`, then they are aborted),
+/// the Lease is released so a standby takes over at once, and the probe server stops. A second
+/// item of `signals` during that stops at once (the Lease then expires on its own).
+pub async fn serve<S: Slurm>(
+    client: kube::Client,
+    slurm: S,
+    opts: SchedulerOptions,
+    lease: Option<leader::LeaseSpec>,
+    listener: tokio::net::TcpListener,
+    mut signals: impl Stream<Item = ()> + Unpin,
+) -> anyhow::Result<()> {
+    let leadership = match &lease {
+        Some(l) => leader::elect(client.clone(), &l.namespace, &l.name, &l.identity).await?,
+        None => leader::Leadership::always(),
+    };
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut registry = Registry::default();
+    let (ready_tx, _) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = scheduler::run(
         client,
         slurm,
         opts,
         &mut registry,
-        leader_rx,
+        leadership.receiver(),
         ready_tx,
-        wait(shutdown_rx.clone()),
+        until(stop_rx),
     )
     .await;
-    let server = tokio::spawn(server::serve(
+    let (server_stop_tx, server_stop_rx) = watch::channel(false);
+    let mut server = tokio::spawn(server::serve(
         listener,
-        ready_rx,
+        handle.ready.clone(),
         Arc::new(registry),
-        wait(shutdown_rx.clone()),
+        until(server_stop_rx),
     ));
-    shutdown_signal().await;
-    let _ = shutdown_tx.send(true);
-    match tokio::time::timeout(Duration::from_secs(10), server).await {
-        Ok(Ok(Err(e))) => Err(e).context("serving probes"),
-        _ => Ok(()),
+    let server_ended = tokio::select! {
+        Some(()) = signals.next() => None,
+        res = &mut server => Some(res),
+    };
+    tracing::info!("shutting down");
+    stop_tx.send_replace(true);
+    let stopped = async {
+        let mut stopped = handle.stopped.clone();
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    tokio::select! {
+        _ = stopped => {}
+        Some(()) = signals.next() => {
+            tracing::warn!("second signal: stopping at once");
+            return Ok(());
+        }
+    }
+    // Nothing acts on this replica's leadership any more.
+    leadership.release().await;
+    server_stop_tx.send_replace(true);
+    let served = match server_ended {
+        Some(res) => res,
+        None => match tokio::time::timeout(Duration::from_secs(5), server).await {
+            Ok(res) => res,
+            Err(_) => return Ok(()),
+        },
+    };
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e).context("serving probes"),
+        Err(e) => Err(e).context("the probe server failed"),
     }
 }
 

@@ -4,7 +4,14 @@
 //! A kube-runtime [`Controller`] reconciles pods ([`reconcile`]); its triggers are pod changes
 //! and allocations seen by the shared Slurm job watcher ([`crate::slurm::JobWatcher`]), so a pod
 //! is bound as soon as Slurm allocates, not on a timer. Nodes come from a reflector; Slurm node
-//! names from a cache. Leader election (a Lease) keeps two replicas from acting twice.
+//! names from a cache.
+//!
+//! Lifecycle: the caches (job watcher, Slurm node names, node and pod reflectors) run from start
+//! to shutdown, on a standby too. The controller and the sweep run only while this replica leads
+//! (a Lease, [`crate::leader`]): they start when leadership is gained, with a pass for every
+//! cached pod, and are dropped the moment it is lost, which aborts the passes in flight. On
+//! shutdown readiness goes false, no new pass starts, and the passes in flight may finish within
+//! [`SchedulerOptions::shutdown_grace`].
 
 pub mod assign;
 pub mod context;
@@ -21,7 +28,8 @@ use crate::config::Config;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmNodeCache};
 use crate::workload::kube_reader::KubeReader;
 use context::{Ctx, Slurm};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
+use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
@@ -30,12 +38,16 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use metrics::{Instrumented, Metrics};
 use pod_ops::PodWriter;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch as tokio_watch;
+use tokio::task::JoinSet;
 
 /// How the scheduler runs.
 #[derive(Clone, Debug)]
@@ -49,7 +61,7 @@ pub struct SchedulerOptions {
     pub concurrency: u16,
     /// Interval of the sweep that cancels jobs whose pods are gone.
     pub sweep_interval: Duration,
-    /// On shutdown, how long in-flight reconciles may finish before everything is stopped.
+    /// On shutdown, how long in-flight reconciles may finish before they are aborted.
     pub shutdown_grace: Duration,
 }
 
@@ -69,11 +81,17 @@ impl SchedulerOptions {
 /// A running scheduler's observable state, for health probes, metrics and tests.
 #[derive(Clone)]
 pub struct SchedulerHandle {
-    /// True once the job watcher, the node cache and the reflectors are synced.
+    /// True once the job watcher, the node cache and the reflectors are synced; false again as
+    /// soon as shutdown starts.
     pub ready: tokio_watch::Receiver<bool>,
+    /// True while the controller runs: from gaining leadership until its passes have been
+    /// stopped (leadership lost: aborted; shutdown: finished or aborted after the grace).
+    pub leading: tokio_watch::Receiver<bool>,
     /// True once every task of the scheduler has stopped after shutdown.
     pub stopped: tokio_watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
+    /// Reconcile passes started (`slurm_bridge_scheduler_reconcile_passes_total`).
+    pub reconcile_passes: Counter,
 }
 
 /// Strips what the scheduler never reads from cached pods (managed fields are most of a pod's
@@ -82,8 +100,9 @@ fn slim(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
 }
 
-/// Runs the scheduler until `shutdown` completes. `leader` says whether this replica may act
-/// (a constant `true` without leader election).
+/// Runs the scheduler until `shutdown` completes. `leader` says whether this replica may act:
+/// the controller runs only while it reads true (a channel whose sender is gone keeps its last
+/// value; `watch::channel(true).1` leads for ever, as without leader election).
 pub async fn run<S: Slurm>(
     client: Client,
     slurm: S,
@@ -94,6 +113,7 @@ pub async fn run<S: Slurm>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
     let metrics = Metrics::new(registry);
+    let lifecycle_metrics = LifecycleMetrics::new(registry);
     let slurm = Arc::new(Instrumented {
         inner: slurm,
         metrics: metrics.clone(),
@@ -104,42 +124,9 @@ pub async fn run<S: Slurm>(
     };
     let job_watcher = JobWatcher::new(slurm.clone(), watcher_cfg);
     let node_cache = SlurmNodeCache::new(slurm.clone(), opts.node_poll_interval);
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(job_watcher.clone().run());
-    tasks.spawn(node_cache.clone().run());
-
     let (node_store, node_writer) = reflector::store::<Node>();
-    let nodes_api: Api<Node> = Api::all(client.clone());
-    let node_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let generation = node_generation.clone();
-    let mut fingerprints: std::collections::HashMap<String, u64> = Default::default();
-    tasks.spawn(
-        watcher(nodes_api, watcher::Config::default())
-            .default_backoff()
-            .reflect(node_writer)
-            .for_each(move |event| {
-                // Only what placement reads invalidates cached placements (not heartbeats).
-                let changed = match &event {
-                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                        let name = n.metadata.name.clone().unwrap_or_default();
-                        let fp = feasibility::fingerprint(n);
-                        fingerprints.insert(name, fp) != Some(fp)
-                    }
-                    Ok(watcher::Event::Delete(n)) => {
-                        fingerprints.remove(n.metadata.name.as_deref().unwrap_or_default());
-                        true
-                    }
-                    Ok(watcher::Event::Init | watcher::Event::InitDone) => true,
-                    Err(_) => false,
-                };
-                if changed {
-                    generation.fetch_add(1, Ordering::Relaxed);
-                }
-                futures::future::ready(())
-            }),
-    );
-
     let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let node_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ctx = Arc::new(Ctx {
         config: opts.config.clone(),
         client: client.clone(),
@@ -154,135 +141,358 @@ pub async fn run<S: Slurm>(
         metrics: metrics.clone(),
         sent: Default::default(),
         failures: Default::default(),
-        leader: AtomicBool::new(*leader.borrow()),
-        node_generation,
+        leader: AtomicBool::new(false),
+        node_generation: node_generation.clone(),
         placements: Default::default(),
     });
+    let triggers = Arc::new(Triggers::default());
 
-    let pods_api: Api<Pod> = Api::all(client.clone());
-    let pod_cfg = watcher::Config::default().fields(&format!(
-        "spec.schedulerName={}",
-        opts.config.scheduler_name
+    // The caches: kept warm from start to shutdown, on a standby too.
+    let job_events = job_watcher.subscribe();
+    let mut caches = JoinSet::new();
+    caches.spawn(job_watcher.clone().run());
+    caches.spawn(node_cache.clone().run());
+    caches.spawn(reflect_nodes(client.clone(), node_writer, node_generation));
+    caches.spawn(reflect_pods(
+        client.clone(),
+        opts.config.scheduler_name.clone(),
+        pod_writer,
+        ctx.clone(),
+        triggers.clone(),
     ));
-    let pod_events = ctx.clone();
-    let pod_stream = watcher(pods_api, pod_cfg)
-        .default_backoff()
-        .modify(slim)
-        .reflect(pod_writer)
-        .inspect_ok(move |event| pod_events.pod_event(event))
-        .applied_objects();
-
-    // Leadership changes flip the flag reconciles check.
-    {
-        let ctx = ctx.clone();
-        let mut leader = leader.clone();
-        tasks.spawn(async move {
-            while leader.changed().await.is_ok() {
-                let is = *leader.borrow();
-                tracing::info!(leader = is, "leadership changed");
-                ctx.leader.store(is, Ordering::Relaxed);
-            }
-        });
-    }
-
-    // Allocations (and other job changes) trigger the reconcile of every pod of the job.
-    let mut job_events = job_watcher.subscribe();
-    let pending_gauge = metrics.clone();
-    let watcher_for_gauge = job_watcher.clone();
-    let job_event_ctx = ctx.clone();
-    let triggers = async_stream_from(
-        move |tx: futures::channel::mpsc::UnboundedSender<ObjectRef<Pod>>| async move {
-            let mut gauge_at: Option<std::time::Instant> = None;
-            while let Some(event) = job_events.recv().await {
-                job_event_ctx.job_event(&event);
-                let job = event.job();
-                // Counting scans the index: at most once a second, not per event.
-                if gauge_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    gauge_at = Some(std::time::Instant::now());
-                    let pending = watcher_for_gauge
-                        .index()
-                        .jobs()
-                        .filter(|j| j.is_pending())
-                        .count();
-                    pending_gauge.pending_groups.set(pending as i64);
-                }
-                for (ns, name) in reconcile::comment_pods(&job.comment) {
-                    let _ = tx.unbounded_send(ObjectRef::new(name).within(ns));
-                }
-            }
-        },
-    );
-
-    tasks.spawn(sweep::run(ctx.clone(), opts.sweep_interval));
-
-    let (ready_rx_for_handle, handle_metrics) = (ready_tx.subscribe(), metrics.clone());
-    let controller_ctx = ctx.clone();
-    let concurrency = opts.concurrency;
-    let (stop_tx, stop_rx) = tokio_watch::channel(false);
-    let stopped = {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    tasks.spawn(async move {
+    caches.spawn(forward_job_events(
+        ctx.clone(),
+        job_events,
+        metrics.clone(),
+        triggers.clone(),
+    ));
+    let synced = async move {
         // Decisions need the full picture: a restarted scheduler must see its jobs first.
         job_watcher.wait_synced().await;
         node_cache.wait_synced().await;
         let _ = node_store.wait_until_ready().await;
-        tracing::info!("scheduler caches synced; scheduling");
-        ready_tx.send_replace(true);
-        Controller::for_stream(pod_stream, pod_store)
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            .reconcile_on(triggers)
-            .graceful_shutdown_on(stopped)
-            .run(
-                reconcile::reconcile,
-                reconcile::error_policy,
-                controller_ctx,
-            )
-            .for_each(|res| {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "reconcile error");
-                }
-                futures::future::ready(())
-            })
-            .await;
-    });
-    // On shutdown: let in-flight reconciles finish (up to the grace period), then stop every task.
+        let _ = pod_store.wait_until_ready().await;
+    };
+
+    let (leading_tx, leading_rx) = tokio_watch::channel(false);
     let (stopped_tx, stopped_rx) = tokio_watch::channel(false);
-    let grace = opts.shutdown_grace;
+    let handle = SchedulerHandle {
+        ready: ready_tx.subscribe(),
+        leading: leading_rx,
+        stopped: stopped_rx,
+        metrics,
+        reconcile_passes: lifecycle_metrics.passes.clone(),
+    };
+    let lifecycle = Lifecycle {
+        ctx,
+        triggers,
+        opts,
+        leader,
+        ready: ready_tx,
+        leading: leading_tx,
+        metrics: lifecycle_metrics,
+    };
     tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-        let _ = tokio::time::timeout(grace, async {
-            while let Some(res) = tasks.join_next().await {
-                if res.is_ok() {
-                    break;
-                }
-            }
-        })
-        .await;
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+        let mut lifecycle = lifecycle;
+        let mut shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>> = Box::pin(shutdown);
+        let shut_down_early = tokio::select! {
+            _ = synced => false,
+            _ = &mut shutdown => true,
+        };
+        if !shut_down_early {
+            tracing::info!("scheduler caches synced");
+            lifecycle.ready.send_replace(true);
+            lifecycle.lead_until(shutdown).await;
+        }
+        lifecycle.ready.send_replace(false);
+        caches.abort_all();
+        while caches.join_next().await.is_some() {}
         tracing::info!("scheduler stopped");
         stopped_tx.send_replace(true);
     });
-    SchedulerHandle {
-        ready: ready_rx_for_handle,
-        stopped: stopped_rx,
-        metrics: handle_metrics,
+    handle
+}
+
+/// Metrics of the scheduler's lifecycle.
+struct LifecycleMetrics {
+    passes: Counter,
+    leader: Gauge,
+}
+
+impl LifecycleMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let m = LifecycleMetrics {
+            passes: Counter::default(),
+            leader: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
+        r.register(
+            "reconcile_passes",
+            "Reconcile passes started",
+            m.passes.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica leads and its controller runs, else 0",
+            m.leader.clone(),
+        );
+        m
     }
 }
 
-/// A stream fed by a task: `produce` gets the sending half.
-fn async_stream_from<T, F, Fut>(produce: F) -> futures::channel::mpsc::UnboundedReceiver<T>
-where
-    T: Send + 'static,
-    F: FnOnce(futures::channel::mpsc::UnboundedSender<T>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    tokio::spawn(produce(tx));
-    rx
+/// Where reconcile requests go: the running controller's queue while this replica leads,
+/// nowhere while it stands by (the controller starts with a pass for every cached pod).
+#[derive(Default)]
+struct Triggers(Mutex<Option<mpsc::UnboundedSender<ObjectRef<Pod>>>>);
+
+impl Triggers {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<ObjectRef<Pod>>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, pod: ObjectRef<Pod>) {
+        if let Some(tx) = self.slot().as_ref() {
+            let _ = tx.unbounded_send(pod);
+        }
+    }
+
+    /// A new queue; requests go there from now on.
+    fn open(&self) -> mpsc::UnboundedReceiver<ObjectRef<Pod>> {
+        let (tx, rx) = mpsc::unbounded();
+        *self.slot() = Some(tx);
+        rx
+    }
+
+    fn close(&self) {
+        *self.slot() = None;
+    }
+}
+
+/// The node reflector; only what placement reads (not heartbeats) bumps `generation`, which
+/// invalidates cached placements.
+async fn reflect_nodes(
+    client: Client,
+    writer: reflector::store::Writer<Node>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+) {
+    let nodes_api: Api<Node> = Api::all(client);
+    let mut fingerprints: std::collections::HashMap<String, u64> = Default::default();
+    watcher(nodes_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(move |event| {
+            let changed = match &event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    let name = n.metadata.name.clone().unwrap_or_default();
+                    let fp = feasibility::fingerprint(n);
+                    fingerprints.insert(name, fp) != Some(fp)
+                }
+                Ok(watcher::Event::Delete(n)) => {
+                    fingerprints.remove(n.metadata.name.as_deref().unwrap_or_default());
+                    true
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching nodes failed; retrying");
+                    false
+                }
+            };
+            if changed {
+                generation.fetch_add(1, Ordering::Relaxed);
+            }
+            futures::future::ready(())
+        })
+        .await
+}
+
+/// The reflector of the pods naming the scheduler; a changed pod is reconciled (while leading).
+async fn reflect_pods<S: Slurm>(
+    client: Client,
+    scheduler_name: String,
+    writer: reflector::store::Writer<Pod>,
+    ctx: Arc<Ctx<S>>,
+    triggers: Arc<Triggers>,
+) {
+    let pods_api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
+    watcher(pods_api, cfg)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                Ok(event) => {
+                    ctx.pod_event(event);
+                    if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = event {
+                        triggers.send(ObjectRef::from_obj(pod));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
+            }
+            futures::future::ready(())
+        })
+        .await
+}
+
+/// Job changes seen by the job watcher: per-job state is kept in step, and every pod of the job
+/// is reconciled (while leading), so an allocation binds at once.
+async fn forward_job_events<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    mut job_events: tokio::sync::mpsc::UnboundedReceiver<crate::slurm::JobEvent>,
+    metrics: Arc<Metrics>,
+    triggers: Arc<Triggers>,
+) {
+    let mut gauge_at: Option<std::time::Instant> = None;
+    while let Some(event) = job_events.recv().await {
+        ctx.job_event(&event);
+        // Counting scans the index: at most once a second, not per event.
+        if gauge_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            gauge_at = Some(std::time::Instant::now());
+            let pending = ctx
+                .watcher
+                .index()
+                .jobs()
+                .filter(|j| j.is_pending())
+                .count();
+            metrics.pending_groups.set(pending as i64);
+        }
+        for (ns, name) in reconcile::comment_pods(&event.job().comment) {
+            triggers.send(ObjectRef::new(name).within(ns));
+        }
+    }
+}
+
+/// Waits until `leader` reads `want`; never returns if it cannot change any more.
+async fn until_leadership(leader: &mut tokio_watch::Receiver<bool>, want: bool) {
+    if leader.wait_for(|l| *l == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves once `rx` reads true (or its sender is gone).
+async fn until_true(mut rx: tokio_watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// How a term of leadership ended.
+enum TermEnd {
+    Lost,
+    Shutdown,
+    /// The controller stopped by itself (not expected); it is started again.
+    Ended,
+}
+
+/// What the leadership loop needs.
+struct Lifecycle<S: Slurm> {
+    ctx: Arc<Ctx<Instrumented<S>>>,
+    triggers: Arc<Triggers>,
+    opts: SchedulerOptions,
+    leader: tokio_watch::Receiver<bool>,
+    ready: tokio_watch::Sender<bool>,
+    leading: tokio_watch::Sender<bool>,
+    metrics: LifecycleMetrics,
+}
+
+impl<S: Slurm> Lifecycle<S> {
+    /// Stands by, leads while the leader signal says so, and stops at `shutdown`.
+    async fn lead_until(&mut self, mut shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>>) {
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = until_leadership(&mut self.leader, true) => {}
+            }
+            tracing::info!("leading: scheduling");
+            self.ctx.leader.store(true, Ordering::SeqCst);
+            self.leading.send_replace(true);
+            self.metrics.leader.set(1);
+            let (stop_tx, stop_rx) = tokio_watch::channel(false);
+            let mut term = Box::pin(self.term(stop_rx));
+            let end = tokio::select! {
+                _ = &mut term => TermEnd::Ended,
+                _ = until_leadership(&mut self.leader, false) => TermEnd::Lost,
+                _ = &mut shutdown => TermEnd::Shutdown,
+            };
+            match end {
+                TermEnd::Lost => {
+                    tracing::warn!("leadership lost: aborting the passes in flight");
+                }
+                TermEnd::Ended => tracing::warn!("the controller stopped; starting it again"),
+                TermEnd::Shutdown => {
+                    // Readiness first, then no new pass; the passes in flight may finish.
+                    self.ready.send_replace(false);
+                    let _ = stop_tx.send(true);
+                    let grace = self.opts.shutdown_grace;
+                    tracing::info!(?grace, "shutting down: letting the passes in flight finish");
+                    tokio::select! {
+                        done = tokio::time::timeout(grace, &mut term) => if done.is_err() {
+                            tracing::warn!(?grace, "shutdown grace over: aborting the passes still in flight");
+                        },
+                        _ = until_leadership(&mut self.leader, false) => {
+                            tracing::warn!("leadership lost while shutting down: aborting the passes in flight");
+                        }
+                    }
+                }
+            }
+            // Stop: a pass that starts now does nothing, and dropping the controller aborts the
+            // passes still running at their next await.
+            self.ctx.leader.store(false, Ordering::SeqCst);
+            self.triggers.close();
+            drop(term);
+            self.metrics.leader.set(0);
+            self.leading.send_replace(false);
+            if matches!(end, TermEnd::Shutdown) {
+                return;
+            }
+        }
+    }
+
+    /// One term of leadership: the controller (a pass for every cached pod first, then pod and
+    /// job triggers) and the sweep, until `stop` reads true and the passes in flight are done.
+    fn term(&self, stop: tokio_watch::Receiver<bool>) -> impl Future<Output = ()> + Send + use<S> {
+        let queue = self.triggers.open();
+        let passes = self.metrics.passes.clone();
+        let controller = Controller::for_stream(
+            futures::stream::empty::<Result<Pod, watcher::Error>>(),
+            self.ctx.pods.clone(),
+        )
+        .with_config(ControllerConfig::default().concurrency(self.opts.concurrency))
+        .reconcile_all_on(futures::stream::once(async {}))
+        .reconcile_on(queue)
+        .graceful_shutdown_on(until_true(stop.clone()))
+        .run(
+            move |pod, ctx| {
+                passes.inc();
+                reconcile::reconcile(pod, ctx)
+            },
+            reconcile::error_policy,
+            self.ctx.clone(),
+        )
+        .for_each(|res| {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile error");
+            }
+            futures::future::ready(())
+        });
+        let sweep = sweep_until(self.ctx.clone(), self.opts.sweep_interval, stop);
+        async move {
+            futures::future::join(controller, sweep).await;
+        }
+    }
+}
+
+/// The sweep every `interval` until `stop` reads true (a sweep in flight finishes first).
+async fn sweep_until<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    interval: Duration,
+    mut stop: tokio_watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if ctx.watcher.is_synced() {
+            sweep::sweep_once(&ctx).await;
+        }
+    }
 }

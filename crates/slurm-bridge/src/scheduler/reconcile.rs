@@ -48,7 +48,9 @@ pub async fn reconcile<S: Slurm>(
     ctx: Arc<Ctx<S>>,
 ) -> Result<Action, ReconcileError> {
     if !ctx.is_leader() {
-        return Ok(Action::requeue(Duration::from_secs(2)));
+        // The controller runs only while this replica leads (scheduler/mod.rs) and is dropped
+        // when leadership is lost; a pass that starts in between does nothing.
+        return Ok(Action::await_change());
     }
     if !is_bound(&pod) && pod.metadata.deletion_timestamp.is_some() {
         return release_deleted(&ctx, &pod).await;

@@ -11,13 +11,17 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use slurm_bridge::config::Config;
 use slurm_bridge::scheduler::context::Slurm;
+use slurm_bridge::scheduler::slurm_ops::SchedulerSlurm;
 use slurm_bridge::scheduler::{self, SchedulerHandle, SchedulerOptions};
+use slurm_bridge::slurm::{SlurmJobs, SlurmNodes};
 use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
 use slurm_bridge::workload::admin_comment::AdminComment;
+use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 pub const SCHEDULER: &str = "slurm-bridge-scheduler";
 pub const NS: &str = "default";
@@ -98,11 +102,23 @@ impl Env {
 
     /// Starts the scheduler with the given leadership signal.
     pub async fn start_scheduler_led<S: Slurm>(&mut self, slurm: S, leader: watch::Receiver<bool>) {
+        self.start_scheduler_opts(slurm, leader, |_| {}).await;
+    }
+
+    /// Starts the scheduler with the given leadership signal and options changed by `configure`
+    /// (defaults: job poll 200 ms, node poll and sweep 2 s, shutdown grace 200 ms).
+    pub async fn start_scheduler_opts<S: Slurm>(
+        &mut self,
+        slurm: S,
+        leader: watch::Receiver<bool>,
+        configure: impl FnOnce(&mut SchedulerOptions),
+    ) {
         let mut opts = SchedulerOptions::new(config(&self.slurm));
         opts.job_poll_interval = Duration::from_millis(200);
         opts.node_poll_interval = Duration::from_secs(2);
         opts.sweep_interval = Duration::from_secs(2);
         opts.shutdown_grace = Duration::from_millis(200);
+        configure(&mut opts);
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (ready_tx, _ready_rx) = watch::channel(false);
         let mut registry = Registry::default();
@@ -127,16 +143,34 @@ impl Env {
         self.handle = Some(handle);
     }
 
-    /// Stops the scheduler as a crash would: in-flight work is abandoned after 200 ms and no
-    /// Kubernetes or Slurm state is cleaned up.
-    pub async fn stop_scheduler(&mut self) {
+    /// The running scheduler's handle.
+    pub fn handle(&self) -> &SchedulerHandle {
+        self.handle.as_ref().expect("a scheduler was started")
+    }
+
+    /// Sends the scheduler its shutdown signal without waiting (see [`Env::wait_stopped`]).
+    pub fn begin_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
-            let mut stopped = self.handle.take().expect("handle").stopped;
-            tokio::time::timeout(Duration::from_secs(10), stopped.wait_for(|s| *s))
-                .await
-                .expect("scheduler stopped")
-                .unwrap();
+        }
+    }
+
+    /// Waits until the scheduler has stopped after [`Env::begin_stop`].
+    pub async fn wait_stopped(&mut self, timeout: Duration) {
+        let mut stopped = self.handle.take().expect("handle").stopped;
+        tokio::time::timeout(timeout, stopped.wait_for(|s| *s))
+            .await
+            .expect("scheduler stopped in time")
+            .unwrap();
+    }
+
+    /// Stops the scheduler as a crash would: in-flight work is abandoned after 200 ms (the
+    /// default grace of [`Env::start_scheduler_opts`]) and no Kubernetes or Slurm state is
+    /// cleaned up.
+    pub async fn stop_scheduler(&mut self) {
+        if self.stop.is_some() {
+            self.begin_stop();
+            self.wait_stopped(Duration::from_secs(10)).await;
         }
     }
 
@@ -391,4 +425,103 @@ pub fn job_id_of(p: &Pod) -> u32 {
         .expect("job id label")
         .parse()
         .unwrap()
+}
+
+/// What the scheduler asked of Slurm through a [`Gated`] client, and the gate its submits pass.
+pub struct SlurmWrites {
+    /// Submits that reached the client (passed the gate or waiting at it).
+    pub submits_entered: watch::Sender<usize>,
+    pub submitted: AtomicUsize,
+    pub updated: AtomicUsize,
+    pub cancelled: AtomicUsize,
+    /// A submit takes a permit before it reaches Slurm.
+    pub gate: Semaphore,
+}
+
+impl SlurmWrites {
+    /// Submits wait at the gate until [`SlurmWrites::let_through`].
+    pub fn closed() -> Arc<Self> {
+        Arc::new(SlurmWrites {
+            submits_entered: watch::Sender::new(0),
+            submitted: AtomicUsize::new(0),
+            updated: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+            gate: Semaphore::new(0),
+        })
+    }
+
+    /// Every submit passes.
+    pub fn open() -> Arc<Self> {
+        let w = Self::closed();
+        w.let_through(Semaphore::MAX_PERMITS);
+        w
+    }
+
+    /// Lets `n` more submits through the gate.
+    pub fn let_through(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+
+    /// Waits until `n` submits have reached the client.
+    pub async fn wait_entered(&self, n: usize, timeout: Duration) {
+        let mut entered = self.submits_entered.subscribe();
+        tokio::time::timeout(timeout, entered.wait_for(|e| *e >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} submit(s) within {timeout:?}"))
+            .unwrap();
+    }
+
+    /// Submits, updates and cancels that reached Slurm.
+    pub fn writes(&self) -> usize {
+        self.submitted.load(Ordering::SeqCst)
+            + self.updated.load(Ordering::SeqCst)
+            + self.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+/// The real Slurm client, counting the scheduler's writes and holding each submit at a gate.
+pub struct Gated {
+    pub inner: slurm_rest::Client,
+    pub writes: Arc<SlurmWrites>,
+}
+
+impl SchedulerSlurm for Gated {
+    async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
+        self.writes.submits_entered.send_modify(|n| *n += 1);
+        self.writes
+            .gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+        let id = SchedulerSlurm::submit(&self.inner, desc).await?;
+        self.writes.submitted.fetch_add(1, Ordering::SeqCst);
+        Ok(id)
+    }
+    async fn update(&self, id: u32, desc: &JobDescMsg) -> Result<(), slurm_rest::Error> {
+        self.writes.updated.fetch_add(1, Ordering::SeqCst);
+        SchedulerSlurm::update(&self.inner, id, desc).await
+    }
+    async fn cancel(&self, id: u32) -> Result<(), slurm_rest::Error> {
+        self.writes.cancelled.fetch_add(1, Ordering::SeqCst);
+        SchedulerSlurm::cancel(&self.inner, id).await
+    }
+}
+
+impl SlurmJobs for Gated {
+    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+        SlurmJobs::list_jobs(&self.inner).await
+    }
+    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        SlurmJobs::job_states(&self.inner).await
+    }
+    async fn job(&self, id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
+        SlurmJobs::job(&self.inner, id).await
+    }
+}
+
+impl SlurmNodes for Gated {
+    async fn list_nodes(&self) -> Result<Vec<slurm_rest::models::Node>, slurm_rest::Error> {
+        SlurmNodes::list_nodes(&self.inner).await
+    }
 }
