@@ -7,17 +7,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Checks every `interval`; runs only on the leader.
-pub async fn run<S: Slurm>(ctx: Arc<Ctx<S>>, interval: Duration) {
-    loop {
-        tokio::time::sleep(interval).await;
-        if ctx.is_leader() && ctx.watcher.is_synced() {
-            sweep_once(&ctx).await;
-        }
-    }
-}
 
 /// One sweep: candidates come from the pod cache; each is confirmed with the API server before
 /// its job is cancelled (the cache may lag).
