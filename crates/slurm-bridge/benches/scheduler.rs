@@ -5,11 +5,11 @@
 //!
 //! `cargo bench -p slurm-bridge --bench scheduler -- --pods 1000 [--nodes N] [--poll 1s] [--skip-raw]`
 //!
-//! Prints the three times and their ratios, Slurm REST calls per pod (from the scheduler's /metrics)
-//! and the scheduler's peak RSS (VmHWM of its process). With more pods than nodes (`--nodes`),
-//! the bridge phase waits until every node holds a pod and every other pod has its pending
-//! external job, then reports memory: the "10,000 pods on 1,000 nodes" case. `BENCH_WORKERS=N`
-//! sets the scheduler's `--workers` (default 64).
+//! Prints the three times and their ratios, Slurm REST calls and Kubernetes writes per pod (from
+//! the scheduler's /metrics; writes also by kind) and the scheduler's peak RSS (VmHWM of its
+//! process). With more pods than nodes (`--nodes`), the bridge phase waits until every node holds
+//! a pod and every other pod has its pending external job, then reports memory: the "10,000 pods
+//! on 1,000 nodes" case. `BENCH_WORKERS=N` sets the scheduler's `--workers` (default 64).
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -178,6 +178,30 @@ fn slurm_requests(metrics: &str) -> f64 {
         .sum()
 }
 
+/// `slurm_bridge_scheduler_kube_writes_total` by kind, sorted by kind.
+fn kube_writes(metrics: &str) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("slurm_bridge_scheduler_kube_writes_total{kind=\""))
+        .filter_map(|l| {
+            let (kind, rest) = l.split_once('"')?;
+            Some((kind.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// What the bridge phase measured.
+struct BridgeRun {
+    elapsed: Duration,
+    calls_per_pod: f64,
+    /// Kubernetes writes per pod, by kind.
+    writes_per_pod: Vec<(String, f64)>,
+    rss_kib: u64,
+    rate: f64,
+}
+
 struct Killed(Child);
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -255,12 +279,7 @@ async fn kube_scheduler_floor(kube: &kube_testenv::Instance, n: u32) -> Duration
     bound.await.unwrap().duration_since(started)
 }
 
-async fn bridge(
-    kube: &kube_testenv::Instance,
-    n: u32,
-    nodes: u32,
-    poll: &str,
-) -> (Duration, f64, u64, f64) {
+async fn bridge(kube: &kube_testenv::Instance, n: u32, nodes: u32, poll: &str) -> BridgeRun {
     let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
         .await
         .unwrap();
@@ -337,11 +356,27 @@ async fn bridge(
     create_pods(&pods, "bench", n, "slurm-bridge-scheduler").await;
     let done = bound.await.unwrap();
     let elapsed = done.duration_since(started);
-    let metrics = http_get(port, "/metrics")
-        .await
-        .map(|x| x.1)
-        .unwrap_or_default();
+    // The last pods' Scheduled Events follow their bindings: read the metrics once the write
+    // count has settled (unchanged for 1 s, 10 s at most).
+    let mut metrics = String::new();
+    let mut last = None;
+    for _ in 0..20 {
+        metrics = http_get(port, "/metrics")
+            .await
+            .map(|x| x.1)
+            .unwrap_or_default();
+        let total: f64 = kube_writes(&metrics).iter().map(|w| w.1).sum();
+        if last == Some(total) {
+            break;
+        }
+        last = Some(total);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let calls = slurm_requests(&metrics);
+    let writes_per_pod = kube_writes(&metrics)
+        .into_iter()
+        .map(|(kind, w)| (kind, w / n as f64))
+        .collect();
     println!(
         "        mean submit->allocation {:.3} s, allocation->bound {:.3} s (scheduler histograms)",
         histogram_mean(
@@ -359,12 +394,13 @@ async fn bridge(
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
-    (
+    BridgeRun {
         elapsed,
-        calls / n as f64,
-        rss,
-        n as f64 / elapsed.as_secs_f64(),
-    )
+        calls_per_pod: calls / n as f64,
+        writes_per_pod,
+        rss_kib: rss,
+        rate: n as f64 / elapsed.as_secs_f64(),
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -399,7 +435,8 @@ async fn main() {
         floor.as_secs_f64(),
         f64::from(a.pods) / floor.as_secs_f64()
     );
-    let (t, calls_per_pod, rss_kib, rate) = bridge(&kube, a.pods, nodes, &a.poll).await;
+    let run = bridge(&kube, a.pods, nodes, &a.poll).await;
+    let (t, rate) = (run.elapsed, run.rate);
     println!(
         "bridge: {} pods created -> {} bound, the rest pending in Slurm, in {:.2} s ({:.0} pods/s, {:.2} ms per pod)",
         a.pods,
@@ -422,6 +459,19 @@ async fn main() {
         "ratio bridge/kube-scheduler: {:.2}",
         t.as_secs_f64() / floor.as_secs_f64()
     );
-    println!("Slurm REST calls per pod (scheduler): {calls_per_pod:.2}");
-    println!("scheduler peak RSS: {:.1} MiB", rss_kib as f64 / 1024.0);
+    println!(
+        "Slurm REST calls per pod (scheduler): {:.2}",
+        run.calls_per_pod
+    );
+    let by_kind: Vec<String> = run
+        .writes_per_pod
+        .iter()
+        .map(|(kind, w)| format!("{kind} {w:.2}"))
+        .collect();
+    println!(
+        "Kubernetes writes per pod (scheduler): {:.2} ({})",
+        run.writes_per_pod.iter().map(|w| w.1).sum::<f64>(),
+        by_kind.join(", ")
+    );
+    println!("scheduler peak RSS: {:.1} MiB", run.rss_kib as f64 / 1024.0);
 }

@@ -29,18 +29,106 @@ async fn bare_pod_is_bound_to_its_slurm_allocation() {
         flags.contains(&slurm_rest::models::JobFlag::ExternalJob),
         "{flags:?}"
     );
-    let reasons: Vec<String> = env
-        .event_reasons("solo")
-        .await
-        .into_iter()
-        .map(|e| e.0)
-        .collect();
+    // One Event for a pod bound at once: Scheduled, naming the node and the Slurm job.
+    let events = env.event_reasons("solo").await;
+    let node = pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
     assert!(
-        reasons.contains(&"SlurmJobSubmitted".to_string()),
-        "{reasons:?}"
+        events.iter().any(|(r, note)| r == "Scheduled"
+            && note.contains(&node)
+            && note.contains(&format!("Slurm job {id}"))),
+        "{events:?}"
     );
-    assert!(reasons.contains(&"Scheduled".to_string()), "{reasons:?}");
     assert_eq!(env.slurm_job_ids(), [id], "exactly one Slurm job");
+    env.assert_consistent().await;
+}
+
+/// A bound pod costs at most 3 Kubernetes writes: the label/finalizer/toleration patch, the
+/// Binding (carrying the node annotation, which kube-apiserver copies onto the pod while it sets
+/// PodScheduled=True) and the Scheduled Event; the result on the pod is the full one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
+    use slurm_bridge::scheduler::pod_ops::write_kind;
+    use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, merge_toleration};
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("thrifty", json!({}), json!({}))).await;
+    env.wait_bound(&["thrifty".into()], BIND_TIMEOUT).await;
+    // The Event is the pass's last write.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let events = env.event_reasons("thrifty").await;
+        if events.iter().any(|(r, _)| r == "Scheduled") {
+            break events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Scheduled event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Passes the binding triggers write nothing more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = &env.handle().metrics.kube_writes;
+    let kinds = [
+        write_kind::LABEL,
+        write_kind::BINDING,
+        write_kind::EVENT,
+        write_kind::CONDITION,
+        write_kind::UNLABEL,
+        write_kind::FINALIZER,
+        write_kind::PODGROUP,
+    ];
+    let by_kind: Vec<(&str, u64)> = kinds.iter().map(|k| (*k, writes.of(k))).collect();
+    println!(
+        "Kubernetes writes for one bound pod: {} {by_kind:?}",
+        writes.total()
+    );
+    assert!(
+        writes.total() <= 3,
+        "{} writes: {by_kind:?}",
+        writes.total()
+    );
+    assert_eq!(writes.of(write_kind::BINDING), 1, "{by_kind:?}");
+
+    let p = env.pods().get("thrifty").await.unwrap();
+    let node = p.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let id = job_id_of(&p);
+    assert_eq!(
+        kube::ResourceExt::annotations(&p).get(ANNOTATION_SLURM_NODE),
+        Some(&node),
+        "the node annotation, carried by the Binding"
+    );
+    assert!(
+        kube::ResourceExt::finalizers(&p)
+            .iter()
+            .any(|f| f == FINALIZER)
+    );
+    let mut tolerations = p
+        .spec
+        .as_ref()
+        .unwrap()
+        .tolerations
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        !merge_toleration(&mut tolerations, e2e::SCHEDULER),
+        "the bridge toleration is there"
+    );
+    assert_eq!(
+        e2e::scheduled_condition(&p).map(|c| c.0),
+        Some("True".to_string()),
+        "PodScheduled=True, set by kube-apiserver on binding"
+    );
+    let scheduled: Vec<&String> = events
+        .iter()
+        .filter(|(r, _)| r == "Scheduled")
+        .map(|(_, note)| note)
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{events:?}");
+    assert!(
+        scheduled[0].contains(&node) && scheduled[0].contains(&format!("Slurm job {id}")),
+        "{scheduled:?}"
+    );
     env.assert_consistent().await;
 }
 
@@ -656,6 +744,55 @@ async fn a_pod_larger_than_every_node_is_not_submitted() {
             .unwrap_or_default()
             .contains_key(slurm_bridge::wellknown::LABEL_SLURM_JOBID),
         "no job label on the pod that does not fit"
+    );
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_job_follows_a_node_that_becomes_schedulable() {
+    let mut env = Env::start(2).await;
+    env.kube_env
+        .kubectl(&[
+            "taint",
+            "node",
+            "node-2",
+            "example.com/maintenance=yes:NoSchedule",
+        ])
+        .unwrap();
+    env.start_scheduler().await;
+    for i in 0..2 {
+        env.create_pod(pod(&format!("m-{i}"), json!({}), json!({})))
+            .await;
+    }
+    // node-2 is excluded: one pod binds to node-1, the other's job waits in Slurm.
+    let deadline = std::time::Instant::now() + BIND_TIMEOUT;
+    let waiting = loop {
+        let pods = env.pods().list(&Default::default()).await.unwrap().items;
+        let (bound, waiting): (Vec<_>, Vec<_>) = pods.into_iter().partition(e2e::node_name_is_set);
+        if bound.len() == 1
+            && waiting.len() == 1
+            && kube::ResourceExt::labels(&waiting[0])
+                .contains_key(slurm_bridge::wellknown::LABEL_SLURM_JOBID)
+        {
+            assert_eq!(
+                bound[0].spec.as_ref().unwrap().node_name.as_deref(),
+                Some("node-1")
+            );
+            break kube::ResourceExt::name_any(&waiting[0]);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pod bound to node-1"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    env.kube_env
+        .kubectl(&["taint", "node", "node-2", "example.com/maintenance-"])
+        .unwrap();
+    let pods = env.wait_bound(&[waiting], BIND_TIMEOUT).await;
+    assert_eq!(
+        pods[0].spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-2")
     );
     env.assert_consistent().await;
 }

@@ -188,12 +188,18 @@ impl<S: Slurm> Ctx<S> {
     /// relist (which reports no deletions) every pod the cache no longer holds.
     pub fn pod_event(&self, event: &watcher::Event<Pod>) {
         match event {
-            watcher::Event::Delete(pod) => self.forget_pod(&pod_key(pod)),
-            watcher::Event::InitDone => self
-                .failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|key, _| self.is_cached(key)),
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => self.writer.seen(pod),
+            watcher::Event::Delete(pod) => {
+                self.forget_pod(&pod_key(pod));
+                self.writer.forget_pod(&pod_key(pod));
+            }
+            watcher::Event::InitDone => {
+                self.failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|key, _| self.is_cached(key));
+                self.writer.retain_pods(|key| self.is_cached(key));
+            }
             _ => {}
         }
     }

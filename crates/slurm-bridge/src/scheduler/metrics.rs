@@ -25,6 +25,37 @@ pub struct RequestLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// Kubernetes writes (requests that create or change an object) made by the scheduler, by kind
+/// (`pod_ops::write_kind`). A request counts when it is sent, whatever its outcome.
+#[derive(Clone, Default)]
+pub struct KubeWrites {
+    by_kind: Family<KindLabels, Counter>,
+    total: Arc<AtomicU64>,
+}
+
+impl KubeWrites {
+    /// Counts one write of `kind`.
+    pub fn inc(&self, kind: &'static str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.by_kind.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// All writes so far.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Writes of `kind` so far.
+    pub fn of(&self, kind: &'static str) -> u64 {
+        self.by_kind.get_or_create(&KindLabels { kind }).get()
+    }
+}
+
 /// The scheduler's metrics.
 pub struct Metrics {
     pub pods_bound: Counter,
@@ -36,6 +67,9 @@ pub struct Metrics {
     pub pending_groups: Gauge,
     /// Total Slurm requests, for benchmarks (calls per pod).
     pub slurm_calls: AtomicU64,
+    /// Kubernetes writes by kind (`kube_writes_total{kind}`), for benchmarks and tests (writes
+    /// per pod).
+    pub kube_writes: KubeWrites,
     submitted_at: Mutex<HashMap<u32, Instant>>,
     allocated_at: Mutex<HashMap<u32, Instant>>,
 }
@@ -58,6 +92,7 @@ impl Metrics {
             }),
             pending_groups: Gauge::default(),
             slurm_calls: AtomicU64::new(0),
+            kube_writes: KubeWrites::default(),
             submitted_at: Mutex::new(HashMap::new()),
             allocated_at: Mutex::new(HashMap::new()),
         };
@@ -93,6 +128,11 @@ impl Metrics {
             "Pod groups whose external job is pending in Slurm",
             m.pending_groups.clone(),
         );
+        r.register(
+            "kube_writes",
+            "Kubernetes writes (pod patches, bindings, status patches, events) by kind",
+            m.kube_writes.by_kind.clone(),
+        );
         Arc::new(m)
     }
 
@@ -102,6 +142,16 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(job_id, Instant::now());
+    }
+
+    /// How long ago this scheduler submitted `job_id`, while it is not yet allocated (None for a
+    /// job submitted before a restart, or by another replica).
+    pub fn submitted_ago(&self, job_id: u32) -> Option<std::time::Duration> {
+        self.submitted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job_id)
+            .map(Instant::elapsed)
     }
 
     /// The watcher saw `job_id` allocated.

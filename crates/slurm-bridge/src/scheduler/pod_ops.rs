@@ -1,14 +1,19 @@
 //! The scheduler's Kubernetes writes on pods: job id label + finalizer + toleration, node
-//! annotation, binding, the PodScheduled condition, and Events.
+//! annotation, binding, the PodScheduled condition, and Events. Every request that writes is
+//! counted in [`KubeWrites`] by its [`write_kind`].
 
+use super::metrics::KubeWrites;
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
 };
+use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// PodScheduled reasons the bridge sets (with Kubernetes' own `Unschedulable` family).
 pub mod reason {
@@ -34,6 +39,41 @@ pub mod reason {
     pub const ALLOCATION_UNMAPPED: &str = "SlurmAllocationUnmapped";
 }
 
+/// The kinds of Kubernetes writes (`slurm_bridge_scheduler_kube_writes_total{kind}`).
+pub mod write_kind {
+    /// Pod patch: job id label, finalizer, toleration (and clearing a stale node annotation).
+    pub const LABEL: &str = "label";
+    /// Pod patch: job id label and node annotation removed (the job was cancelled).
+    pub const UNLABEL: &str = "unlabel";
+    /// Pod patch: the bridge finalizer removed from a deleted pod.
+    pub const FINALIZER: &str = "finalizer";
+    /// pods/binding, carrying the node annotation.
+    pub const BINDING: &str = "binding";
+    /// pods/status patch: PodScheduled=False with a reason.
+    pub const CONDITION: &str = "condition";
+    /// events.k8s.io Event.
+    pub const EVENT: &str = "event";
+    /// PodGroup status patch: PodGroupScheduled=True.
+    pub const PODGROUP: &str = "podgroup";
+}
+
+/// This writer's label patch and binding of a pod, until the pod cache shows a newer version.
+#[derive(Default)]
+struct Written {
+    uid: Option<String>,
+    /// resourceVersions of the pod older than the last write: those this writer wrote on top of,
+    /// and those its earlier writes made. A pass that read one of them read a pod older than the
+    /// writes.
+    superseded: Vec<String>,
+    /// The resourceVersion the last write made, when the answer tells (a patch does, a binding
+    /// does not).
+    made: Option<String>,
+    /// The job id it labelled the pod with.
+    labelled: Option<u32>,
+    /// The node it bound the pod to.
+    bound_to: Option<String>,
+}
+
 /// Writes pods and records events as the scheduler.
 #[derive(Clone)]
 pub struct PodWriter {
@@ -41,6 +81,10 @@ pub struct PodWriter {
     scheduler_name: String,
     /// `reportingInstance` of Events: the pod name when set, else the host name.
     instance: String,
+    /// Writes made, by pod key, until the pod cache shows a newer version of the pod
+    /// ([`PodWriter::seen`]): a pass that read the pod from the cache before the cache caught up
+    /// does not label or bind it a second time.
+    written: Arc<Mutex<HashMap<String, Written>>>,
 }
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
@@ -60,12 +104,81 @@ impl PodWriter {
             instance: crate::leader::identity(),
             client,
             scheduler_name: scheduler_name.to_string(),
+            written: Default::default(),
         }
     }
 
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What this writer wrote on top of `pod` as the caller read it, when that is an older
+    /// version than the writes (the cache has not caught up with them).
+    fn written_over<T>(&self, pod: &Pod, what: impl Fn(&Written) -> T) -> Option<T> {
+        let written = self.written();
+        let w = written.get(&pod_key(pod))?;
+        let rv = pod.resource_version()?;
+        (w.uid == pod.uid() && w.superseded.contains(&rv)).then(|| what(w))
+    }
+
+    /// Records a write on top of `pod` (as the caller read it) that made version `made`.
+    fn wrote(&self, pod: &Pod, made: Option<String>, record: impl FnOnce(&mut Written)) {
+        let Some(rv) = pod.resource_version() else {
+            return;
+        };
+        let mut written = self.written();
+        let w = written.entry(pod_key(pod)).or_default();
+        if w.uid != pod.uid() {
+            *w = Written {
+                uid: pod.uid(),
+                ..Default::default()
+            };
+        }
+        for old in [Some(rv), w.made.take()].into_iter().flatten() {
+            if !w.superseded.contains(&old) {
+                w.superseded.push(old);
+            }
+        }
+        w.made = made;
+        record(w);
+    }
+
+    /// The pod cache applied `pod`: a version this writer did not write on top of, so it shows
+    /// the writes (or a later change), and nothing is kept for the pod any more.
+    pub fn seen(&self, pod: &Pod) {
+        let key = pod_key(pod);
+        let mut written = self.written();
+        if let Some(w) = written.get(&key)
+            && (w.uid != pod.uid()
+                || !pod
+                    .resource_version()
+                    .is_some_and(|rv| w.superseded.contains(&rv)))
+        {
+            written.remove(&key);
+        }
+    }
+
+    /// Forgets what is kept about a pod (it was deleted).
+    pub fn forget_pod(&self, key: &str) {
+        self.written().remove(key);
+    }
+
+    /// Keeps what is kept only for the pods `keep` accepts (after a relist of the pods).
+    pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
+        self.written().retain(|key, _| keep(key));
+    }
+
     /// Labels a pod with its job id, adds the finalizer once and the bridge toleration once, and
-    /// clears a node annotation that does not belong to this job.
-    pub async fn label(&self, pod: &Pod, job_id: u32, clear_node: bool) -> Result<(), kube::Error> {
+    /// clears a node annotation that does not belong to this job. Nothing is written when the
+    /// pod has all this already, or when `pod` is older than this writer's own label patch (read
+    /// from a cache that has not caught up yet).
+    pub async fn label(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        job_id: u32,
+        clear_node: bool,
+    ) -> Result<(), kube::Error> {
         let mut tolerations = pod
             .spec
             .as_ref()
@@ -75,7 +188,9 @@ impl PodWriter {
         let has_label = pod.labels().get(LABEL_SLURM_JOBID) == Some(&job_id.to_string());
         let has_finalizer = pod.finalizers().iter().any(|f| f == FINALIZER);
         let stale_node = clear_node && pod.annotations().contains_key(ANNOTATION_SLURM_NODE);
-        if has_label && has_finalizer && !add_toleration && !stale_node {
+        if (has_label && has_finalizer && !add_toleration && !stale_node)
+            || self.written_over(pod, |w| w.labelled == Some(job_id)) == Some(true)
+        {
             return Ok(());
         }
         let mut patch = json!({
@@ -92,18 +207,26 @@ impl PodWriter {
             // Tolerations have no merge key: send the whole list.
             patch["spec"] = json!({ "tolerations": tolerations });
         }
-        api_for(&self.client, pod)
+        writes.inc(write_kind::LABEL);
+        let patched = api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
                 &params(&self.scheduler_name),
                 &Patch::Strategic(&patch),
             )
-            .await
-            .map(|_| ())
+            .await?;
+        self.wrote(pod, patched.resource_version(), |w| {
+            w.labelled = Some(job_id)
+        });
+        Ok(())
     }
 
     /// Removes the bridge finalizer (every occurrence), keeping the others.
-    pub async fn remove_finalizer(&self, pod: &Pod) -> Result<(), kube::Error> {
+    pub async fn remove_finalizer(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+    ) -> Result<(), kube::Error> {
         if !pod.finalizers().iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
@@ -118,6 +241,8 @@ impl PodWriter {
             "finalizers": rest,
             "resourceVersion": pod.resource_version(),
         }});
+        self.forget_pod(&pod_key(pod));
+        writes.inc(write_kind::FINALIZER);
         match api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
@@ -133,7 +258,7 @@ impl PodWriter {
     }
 
     /// Removes the job id label and node annotation (the job was cancelled under the pod).
-    pub async fn clear_job(&self, pod: &Pod) -> Result<(), kube::Error> {
+    pub async fn clear_job(&self, writes: &KubeWrites, pod: &Pod) -> Result<(), kube::Error> {
         if !pod.labels().contains_key(LABEL_SLURM_JOBID)
             && !pod.annotations().contains_key(ANNOTATION_SLURM_NODE)
         {
@@ -143,6 +268,8 @@ impl PodWriter {
             "labels": {LABEL_SLURM_JOBID: null},
             "annotations": {ANNOTATION_SLURM_NODE: null},
         }});
+        self.forget_pod(&pod_key(pod));
+        writes.inc(write_kind::UNLABEL);
         api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
@@ -153,26 +280,29 @@ impl PodWriter {
             .map(|_| ())
     }
 
-    /// Annotates the pod with its node, then binds it there (pods/binding). A pod already bound
-    /// to that node counts as bound.
-    pub async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+    /// Binds the pod to `node` (pods/binding) in one request. The Binding carries the node
+    /// annotation: kube-apiserver copies a Binding's annotations onto the pod as it sets
+    /// `spec.nodeName` and PodScheduled=True, so a pod has the annotation exactly when it is
+    /// bound. Returns true when this request bound the pod, false when it was bound to that node
+    /// already.
+    pub async fn bind(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        node: &str,
+    ) -> Result<bool, kube::Error> {
+        if self.written_over(pod, |w| w.bound_to.as_deref() == Some(node)) == Some(true) {
+            // Bound by this writer already: the caller read the pod before the cache showed it.
+            return Ok(false);
+        }
         let api = api_for(&self.client, pod);
         let name = pod.name_any();
-        if pod
-            .annotations()
-            .get(ANNOTATION_SLURM_NODE)
-            .map(String::as_str)
-            != Some(node)
-        {
-            let patch = json!({"metadata": {"annotations": {ANNOTATION_SLURM_NODE: node}}});
-            api.patch(&name, &params(&self.scheduler_name), &Patch::Merge(&patch))
-                .await?;
-        }
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: pod.namespace(),
                 uid: pod.uid(),
+                annotations: Some([(ANNOTATION_SLURM_NODE.to_string(), node.to_string())].into()),
                 ..Default::default()
             },
             target: ObjectReference {
@@ -182,6 +312,7 @@ impl PodWriter {
                 ..Default::default()
             },
         };
+        writes.inc(write_kind::BINDING);
         match api
             .create_subresource::<Binding, serde_json::Value>(
                 "binding",
@@ -191,12 +322,15 @@ impl PodWriter {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.wrote(pod, None, |w| w.bound_to = Some(node.to_string()));
+                Ok(true)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let current = api.get(&name).await?;
                 let bound_to = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
                 if bound_to == Some(node) {
-                    Ok(())
+                    Ok(false)
                 } else {
                     Err(kube::Error::Api(status))
                 }
@@ -209,6 +343,7 @@ impl PodWriter {
     /// that; returns whether it wrote.
     pub async fn set_unschedulable(
         &self,
+        writes: &KubeWrites,
         pod: &Pod,
         reason: &str,
         message: &str,
@@ -233,6 +368,7 @@ impl PodWriter {
             "message": message,
             "lastTransitionTime": now.to_string(),
         }]}});
+        writes.inc(write_kind::CONDITION);
         api_for(&self.client, pod)
             .patch_status(
                 &pod.name_any(),
@@ -247,7 +383,14 @@ impl PodWriter {
     /// creates, unlike kube-runtime's `Recorder`, which keeps every event it sent in memory for
     /// six minutes (tens of MiB with thousands of pods); the scheduler only reports changes, so
     /// there are no repeats to aggregate.
-    pub async fn event(&self, pod: &Pod, warning: bool, reason: &str, note: String) {
+    pub async fn event(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         let now = k8s_openapi::jiff::Timestamp::now();
         let pod_name = pod.name_any();
         let mut note = note;
@@ -296,6 +439,7 @@ impl PodWriter {
                 return;
             }
         };
+        writes.inc(write_kind::EVENT);
         if let Err(e) = api.create(&PostParams::default(), &obj).await {
             tracing::debug!(error = %e, pod = %pod_name, "publishing an event failed");
         }
@@ -304,5 +448,85 @@ impl PodWriter {
     /// The bridge toleration this writer adds.
     pub fn toleration(&self) -> k8s_openapi::api::core::v1::Toleration {
         managed_node_toleration(&self.scheduler_name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer whose client points nowhere (these tests make no requests; the client needs a
+    /// runtime).
+    fn writer() -> PodWriter {
+        let client = Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("URL"),
+        ))
+        .expect("client");
+        PodWriter::new(client, "s")
+    }
+
+    fn pod(name: &str, uid: &str, rv: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+        }))
+        .expect("pod")
+    }
+
+    fn labelled(w: &PodWriter, p: &Pod) -> Option<u32> {
+        w.written_over(p, |w| w.labelled).flatten()
+    }
+
+    fn bound_to(w: &PodWriter, p: &Pod) -> Option<String> {
+        w.written_over(p, |w| w.bound_to.clone()).flatten()
+    }
+
+    #[tokio::test]
+    async fn versions_older_than_the_writes_are_known_until_the_cache_catches_up() {
+        let w = writer();
+        let (v10, v11, v12) = (
+            pod("a", "u1", "10"),
+            pod("a", "u1", "11"),
+            pod("a", "u1", "12"),
+        );
+        // Labelled on top of 10 (the patch made 11).
+        w.wrote(&v10, Some("11".into()), |x| x.labelled = Some(7));
+        assert_eq!(labelled(&w, &v10), Some(7));
+        assert_eq!(labelled(&w, &v11), None, "11 is judged as it is");
+        // Bound on top of 10 too (a pass read 10 before the cache showed 11): 11 is older than
+        // the binding.
+        w.wrote(&v10, None, |x| x.bound_to = Some("n1".into()));
+        for v in [&v10, &v11] {
+            assert_eq!(labelled(&w, v), Some(7));
+            assert_eq!(bound_to(&w, v), Some("n1".into()));
+        }
+        // The cache applying a version older than the writes keeps the memo; a newer one ends it.
+        w.seen(&v11);
+        assert_eq!(bound_to(&w, &v11), Some("n1".into()));
+        w.seen(&v12);
+        assert!(w.written().is_empty());
+        assert_eq!(bound_to(&w, &v11), None);
+
+        // The cache showing the label patch's own version, with nothing written after it.
+        w.wrote(&v10, Some("11".into()), |x| x.labelled = Some(7));
+        w.seen(&v11);
+        assert!(w.written().is_empty());
+
+        // A pod recreated under the same name is another pod.
+        w.wrote(&v10, None, |x| x.labelled = Some(7));
+        assert_eq!(labelled(&w, &pod("a", "u2", "10")), None);
+        w.seen(&pod("a", "u2", "10"));
+        assert!(w.written().is_empty());
+    }
+
+    #[tokio::test]
+    async fn what_is_written_goes_with_its_pod() {
+        let w = writer();
+        for name in ["a", "b", "c"] {
+            w.wrote(&pod(name, name, "1"), None, |x| x.labelled = Some(1));
+        }
+        w.forget_pod("ns/a");
+        w.retain_pods(|key| key != "ns/b");
+        let left: Vec<String> = w.written().keys().cloned().collect();
+        assert_eq!(left, ["ns/c"]);
     }
 }

@@ -40,6 +40,9 @@ pub async fn mark_scheduled<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) {
         "message": format!("Pod group admitted by {}", ctx.config.scheduler_name),
     }));
     let patch = json!({"status": {"conditions": conditions}});
+    ctx.metrics
+        .kube_writes
+        .inc(super::pod_ops::write_kind::PODGROUP);
     if let Err(e) = api
         .patch_status(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await

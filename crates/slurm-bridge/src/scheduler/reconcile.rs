@@ -42,6 +42,10 @@ pub enum ReconcileError {
     },
 }
 
+/// How long a job submitted by this scheduler may be pending before its pods show
+/// `SlurmJobPending`: Slurm starts most jobs within this, often in its next scheduling cycle.
+const PENDING_REPORT_DELAY: Duration = Duration::from_secs(5);
+
 /// Reconciles one pod (and its group).
 pub async fn reconcile<S: Slurm>(
     pod: Arc<Pod>,
@@ -127,7 +131,9 @@ async fn release_deleted<S: Slurm>(ctx: &Ctx<S>, pod: &Pod) -> Result<Action, Re
             ctx.watcher.refresh(job.job_id).await?;
         }
     }
-    ctx.writer.remove_finalizer(pod).await?;
+    ctx.writer
+        .remove_finalizer(&ctx.metrics.kube_writes, pod)
+        .await?;
     Ok(Action::await_change())
 }
 
@@ -193,7 +199,11 @@ async fn translation_failed<S: Slurm>(
 /// Shows a scheduling problem on the pod: the PodScheduled=False condition and a Warning event
 /// (only when the condition changes, so a waiting pod does not collect thousands of events).
 async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
-    match ctx.writer.set_unschedulable(pod, why, message).await {
+    match ctx
+        .writer
+        .set_unschedulable(&ctx.metrics.kube_writes, pod, why, message)
+        .await
+    {
         Ok(true) => {}
         // The pod already shows it: no second event.
         Ok(false) => return,
@@ -208,7 +218,13 @@ async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
     ]
     .contains(&why);
     ctx.writer
-        .event(pod, warning, why, message.to_string())
+        .event(
+            &ctx.metrics.kube_writes,
+            pod,
+            warning,
+            why,
+            message.to_string(),
+        )
         .await;
 }
 
@@ -244,6 +260,16 @@ fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
+}
+
+/// `desc` as an update of a pending job sends it (and as its hash is remembered at submit). An
+/// update changes only what it names, so an exclusion made while fewer nodes were schedulable
+/// must be cleared explicitly: slurmrestd reads `[]` as "unchanged" and `[""]` as an empty
+/// ExcNodeList (tried on Slurm 26.05).
+fn as_update(mut desc: slurm_rest::models::JobDescMsg) -> slurm_rest::models::JobDescMsg {
+    desc.excluded_nodes
+        .get_or_insert_with(|| vec![String::new()]);
+    desc
 }
 
 /// The job description for the group, restricted to nodes Kubernetes can use; `Err` carries a
@@ -291,7 +317,7 @@ async fn submit<S: Slurm>(
     ctx.sent
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(job_id, desc_hash(&desc));
+        .insert(job_id, desc_hash(&as_update(desc.clone())));
     ctx.watcher.record(WatchedJob {
         job_id,
         state: vec![JobState::Pending],
@@ -300,15 +326,9 @@ async fn submit<S: Slurm>(
         comment: admin_comment(&tr.ir, &tr.group_key),
     });
     tracing::info!(job_id, group = %tr.group_key, pods = tr.ir.pods.len(), "submitted external job");
+    // No Event for the submit: the label names the job, and the pod's next Event does too
+    // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits).
     label_all(ctx, tr, job_id).await?;
-    let note = format!(
-        "Submitted Slurm job {job_id} for {} pod(s) of {}",
-        tr.ir.pods.len(),
-        tr.group_key
-    );
-    ctx.writer
-        .event(pod, false, "SlurmJobSubmitted", note)
-        .await;
     // The watcher reports the allocation; look again anyway after a while.
     Ok(Action::requeue(Duration::from_secs(60)))
 }
@@ -324,7 +344,7 @@ async fn label_all<S: Slurm>(
             .labels()
             .get(LABEL_SLURM_JOBID)
             .is_some_and(|l| *l != job_id.to_string());
-        ctx.writer.label(p, job_id, stale)
+        ctx.writer.label(&ctx.metrics.kube_writes, p, job_id, stale)
     }))
     .await;
     for r in results {
@@ -359,7 +379,7 @@ async fn pending<S: Slurm>(
     tr: &Translation,
     job: &WatchedJob,
 ) -> Result<Action, ReconcileError> {
-    if let Ok(desc) = job_desc(ctx, tr) {
+    if let Ok(desc) = job_desc(ctx, tr).map(as_update) {
         let hash = desc_hash(&desc);
         let sent = ctx
             .sent
@@ -395,6 +415,14 @@ async fn pending<S: Slurm>(
     label_all(ctx, tr, job.job_id).await?;
     // Shown once Slurm has given a reason (a just-submitted job is usually allocated before).
     match job.state_reason.as_deref().filter(|r| *r != "None") {
+        Some(_)
+            if let Some(ago) = ctx.metrics.submitted_ago(job.job_id)
+                && ago < PENDING_REPORT_DELAY =>
+        {
+            // Not yet: a job Slurm starts a moment later would cost each pod a condition and an
+            // Event for nothing. The allocation, if it comes first, triggers the bind.
+            Ok(Action::requeue(PENDING_REPORT_DELAY - ago))
+        }
         Some(why) => {
             let message = format!("Slurm job {} is pending: {why}", job.job_id);
             report(ctx, pod, reason::SLURM_JOB_PENDING, &message).await;
@@ -431,7 +459,7 @@ async fn gang_not_ready<S: Slurm>(
         ctx.watcher.refresh(job.job_id).await?;
         for p in &tr.ir.pods {
             if p.labels().get(LABEL_SLURM_JOBID) == Some(&job.job_id.to_string()) {
-                ctx.writer.clear_job(p).await?;
+                ctx.writer.clear_job(&ctx.metrics.kube_writes, p).await?;
             }
         }
     }
@@ -508,14 +536,19 @@ async fn bind_group<S: Slurm>(
     let results = futures::future::join_all(members.iter().filter(|p| !is_bound(p)).map(|p| {
         let node = plan.get(&pod_key(p)).cloned().unwrap_or_default();
         async move {
-            ctx.writer.label(p, job.job_id, false).await?;
-            ctx.writer.bind(p, &node).await?;
+            let writes = &ctx.metrics.kube_writes;
+            ctx.writer.label(writes, p, job.job_id, false).await?;
+            if !ctx.writer.bind(writes, p, &node).await? {
+                // Bound by an earlier pass (this one read the pod before the cache showed it):
+                // its Scheduled Event was sent then.
+                return Ok(());
+            }
             let note = format!(
                 "Successfully assigned {} to {node} (Slurm job {})",
                 pod_key(p),
                 job.job_id
             );
-            ctx.writer.event(p, false, "Scheduled", note).await;
+            ctx.writer.event(writes, p, false, "Scheduled", note).await;
             Ok::<(), kube::Error>(())
         }
     }))
@@ -576,6 +609,23 @@ mod tests {
         assert_eq!(
             gang_by_membership(&GangStatus::Complete, 0),
             GangStatus::Complete
+        );
+    }
+
+    #[test]
+    fn an_update_clears_an_old_exclusion_and_keeps_a_current_one() {
+        let none = as_update(slurm_rest::models::JobDescMsg::default());
+        assert_eq!(none.excluded_nodes, Some(vec![String::new()]));
+        let some = as_update(slurm_rest::models::JobDescMsg {
+            excluded_nodes: Some(vec!["node-2".into()]),
+            ..Default::default()
+        });
+        assert_eq!(some.excluded_nodes, Some(vec!["node-2".to_string()]));
+        // What submit remembers equals what the first pending pass computes: no needless update.
+        let desc = slurm_rest::models::JobDescMsg::default();
+        assert_eq!(
+            desc_hash(&as_update(desc.clone())),
+            desc_hash(&as_update(desc))
         );
     }
 }
