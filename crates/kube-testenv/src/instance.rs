@@ -16,7 +16,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -79,8 +78,8 @@ pub struct Instance {
     bin_dir: PathBuf,
     server: String,
     client: kube::Client,
-    children: Mutex<Vec<(&'static str, Child)>>,
-    pgid: i32,
+    /// The daemons (and the watchdog), stopped together on drop.
+    launcher: Launcher,
     agent: Option<AgentHandle>,
     startup: Duration,
 }
@@ -99,12 +98,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Checks an instance name: 1-40 characters from `[A-Za-z0-9_-]` (it names a folder and files).
 pub fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
+    if slurm_testenv::paths::is_valid_instance_name(name) {
         Ok(())
     } else {
         Err(Error::InvalidName { name: name.into() })
@@ -302,8 +296,7 @@ impl Instance {
                     bin_dir: bins[0].clone(),
                     server,
                     client,
-                    children: Mutex::new(launcher.children),
-                    pgid: launcher.pgid,
+                    launcher,
                     agent: Some(agent),
                     startup: started_after_build.elapsed(),
                 };
@@ -560,12 +553,7 @@ impl Instance {
     fn shutdown(&mut self) {
         // The agent's tasks stop first, so nothing writes to a dying API server.
         self.agent.take();
-        let mut children =
-            std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
-        kill_group(self.pgid);
-        for (component, c) in children.iter_mut() {
-            stop_child(component, c);
-        }
+        self.launcher.kill_all();
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

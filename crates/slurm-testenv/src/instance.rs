@@ -97,12 +97,7 @@ impl std::fmt::Debug for Instance {
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
+    if crate::paths::is_valid_instance_name(name) {
         Ok(())
     } else {
         Err(Error::InvalidName { name: name.into() })

@@ -26,3 +26,13 @@ pub fn run_dir() -> PathBuf {
 
 /// Mount point inside the root file system where each process sees its own instance folder.
 pub const INSTANCE_MOUNT: &str = "/slurm-testenv";
+
+/// True for an instance name both test environments accept: 1-40 characters from
+/// `[A-Za-z0-9_-]` (it names a folder and files, so no dots or slashes).
+pub fn is_valid_instance_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
