@@ -272,3 +272,31 @@ impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
         measured!(self, "nodes", self.inner.list_nodes())
     }
 }
+
+/// Metrics of the scheduler's lifecycle (passes started, leadership), kept apart from [`Metrics`]
+/// because they are read by the leadership loop, not by reconcile passes.
+pub struct LifecycleMetrics {
+    pub passes: Counter,
+    pub leader: Gauge,
+}
+
+impl LifecycleMetrics {
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = LifecycleMetrics {
+            passes: Counter::default(),
+            leader: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
+        r.register(
+            "reconcile_passes",
+            "Reconcile passes started",
+            m.passes.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica leads and its controller runs, else 0",
+            m.leader.clone(),
+        );
+        m
+    }
+}

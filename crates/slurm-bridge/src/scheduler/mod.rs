@@ -36,10 +36,9 @@ use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use metrics::{Instrumented, Metrics};
+use metrics::{Instrumented, LifecycleMetrics, Metrics};
 use pod_ops::PodWriter;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
@@ -211,33 +210,6 @@ pub async fn run<S: Slurm>(
         stopped_tx.send_replace(true);
     });
     handle
-}
-
-/// Metrics of the scheduler's lifecycle.
-struct LifecycleMetrics {
-    passes: Counter,
-    leader: Gauge,
-}
-
-impl LifecycleMetrics {
-    fn new(registry: &mut Registry) -> Self {
-        let m = LifecycleMetrics {
-            passes: Counter::default(),
-            leader: Gauge::default(),
-        };
-        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
-        r.register(
-            "reconcile_passes",
-            "Reconcile passes started",
-            m.passes.clone(),
-        );
-        r.register(
-            "leader",
-            "1 while this replica leads and its controller runs, else 0",
-            m.leader.clone(),
-        );
-        m
-    }
 }
 
 /// Where reconcile requests go: the running controller's queue while this replica leads,
