@@ -1,47 +1,164 @@
 #!/usr/bin/env bash
-# The main job: a short demo of slurm-bridge on real Slurm.
-#   real Slurm 26.05 (slurm-testenv) with 6 external nodes node-1..node-6
+# The main job: a short demo of slurm-bridge on real Slurm and a real Kubernetes control plane.
+#   real Slurm 26.05 (slurm-testenv), with no node yet
 #   + a real Kubernetes control plane (kube-testenv: kube-apiserver, etcd,
-#     kube-controller-manager, and a node agent playing the kubelets) with the same 6 nodes
-#   + the slurm-bridge scheduler,
-# then applies examples/*.yaml with kubectl (a bare pod, a Job of 2, a gang of 3) and prints
-# pod -> Slurm job id -> node as they bind. Pass --keep to leave everything running.
+#     kube-controller-manager, and a node agent playing the kubelets) with nodes node-1..node-6
+#   + slurm-bridge run (the scheduler and the controllers in one process),
+# labels the 6 nodes as external nodes (the node controller registers them in Slurm), then
+# applies examples/*.yaml with kubectl (a bare pod, a Job of 2 that runs 15 s, a gang of 3),
+# prints each pod as it binds (pod -> Slurm job -> node), the table, the same from Slurm's side,
+# and the Job running to completion: its Slurm jobs end with its pods.
+#
+#   hack/demo.sh          run it, then stop everything (the logs stay in the work folder)
+#   hack/demo.sh --keep   leave slurm-bridge, Slurm and Kubernetes running to explore
+#   hack/demo.sh --stop   stop what --keep left running and remove the work folder
+#
+# Work folder (config, slurm-bridge log and PID): $SLURM_BRIDGE_DEMO_DIR, default
+# /tmp/slurm-bridge-demo. Slurm's and Kubernetes' own state and logs are in
+# /run/slurm-testenv/demo and /run/kube-testenv/demo while they run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
-keep=false
-[ "${1:-}" = "--keep" ] && keep=true
 
-echo "==> building (first run: about 10 minutes, plus about 15 for Kubernetes from its Go modules)"
-cargo build -q -p slurm-testenv -p kube-testenv -p slurm-bridge
+mode=run
+case "${1:-}" in
+  "") ;;
+  --keep) mode=keep ;;
+  --stop) mode=stop ;;
+  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: hack/demo.sh [--keep | --stop]" >&2; exit 2 ;;
+esac
+
+if [ "$(id -u)" != 0 ]; then
+  echo "hack/demo.sh: needs root (Slurm runs in mount and PID namespaces)" >&2
+  exit 1
+fi
+# Go's own installer puts it in /usr/local/go, which a non-login shell may not have on PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+
 bin=./target/debug
 st=$bin/slurm-testenv
 kt=$bin/kube-testenv
-$kt prepare
-work=$(mktemp -d /tmp/slurm-bridge-demo.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  $st down --name demo >/dev/null 2>&1 || true
-  $kt down --name demo >/dev/null 2>&1 || true
-  cp "$work/scheduler.log" /tmp/demo-scheduler.log 2>/dev/null; rm -rf "$work"
+work="${SLURM_BRIDGE_DEMO_DIR:-/tmp/slurm-bridge-demo}"
+name=demo # the slurm-testenv and kube-testenv instance names
+
+# Colour and the progress line only on a terminal.
+if [ -t 1 ]; then bold=$'\e[1m' plain=$'\e[0m'; else bold='' plain=''; fi
+started=$(date +%s%N)
+step_started=$started
+# step TITLE: a header; done_step: how long the step took.
+step() { step_started=$(date +%s%N); echo "${bold}==> $*${plain}"; }
+since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f s", (b - a) / 1e9 }'; }
+done_step() { echo "    (${1:-done} in $(since "$step_started"))"; }
+
+# The kept scheduler's PID, if it still runs (checked by its command line, not just the number).
+scheduler_pid() {
+  local pid
+  pid=$(cat "$work/scheduler.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "slurm-bridge run" \
+    && echo "$pid"
 }
 
-$st down --name demo >/dev/null 2>&1 || true
-$kt down --name demo >/dev/null 2>&1 || true
-echo "==> real Slurm with 6 external nodes"
-eval "$($st up --name demo --nodes 6)"
-if $keep; then
-  echo "(--keep: stop later with: kill the printed PIDs; $st down --name demo; $kt down --name demo)"
-else
-  trap cleanup EXIT
+# What a previous --keep run left running, one line each; empty when nothing.
+running_parts() {
+  local pid
+  if pid=$(scheduler_pid); then echo "  slurm-bridge run, PID $pid (log $work/scheduler.log)"; fi
+  if [ -x "$st" ] && $st env --name "$name" >/dev/null 2>&1; then
+    echo "  Slurm instance \"$name\" (slurm-testenv, state and logs in /run/slurm-testenv/$name)"
+  fi
+  if [ -x "$kt" ] && $kt env --name "$name" >/dev/null 2>&1; then
+    echo "  Kubernetes instance \"$name\" (kube-testenv, state and logs in /run/kube-testenv/$name)"
+  fi
+}
+
+stop_all() {
+  local pid
+  if pid=$(scheduler_pid); then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$work/scheduler.pid"
+  if [ -x "$st" ]; then $st down --name "$name" >/dev/null 2>&1 || true; fi
+  if [ -x "$kt" ]; then $kt down --name "$name" >/dev/null 2>&1 || true; fi
+}
+
+if [ "$mode" = stop ]; then
+  parts=$(running_parts)
+  stop_all
+  rm -rf "$work"
+  if [ -n "$parts" ]; then
+    echo "stopped:"; echo "$parts"; echo "and removed $work"
+  else
+    echo "no demo was running; removed $work (if it existed)"
+  fi
+  exit 0
 fi
 
-echo "==> Kubernetes control plane with nodes node-1..node-6"
-eval "$($kt up --name demo --nodes 6)"
-export KUBECONFIG
-kc() { $kt exec --name demo -- kubectl "$@"; }
+# A kept demo holds the instance names: refuse at once rather than fight over them.
+parts=$(running_parts)
+if [ -n "$parts" ]; then
+  echo "hack/demo.sh: a demo is still running (left by hack/demo.sh --keep, or by a run that was killed):" >&2
+  echo "$parts" >&2
+  echo "stop it first with: hack/demo.sh --stop" >&2
+  exit 1
+fi
+
+if [ -x $bin/slurm-bridge ] && [ -x "$st" ] && [ -x "$kt" ]; then
+  step "cargo build (slurm-testenv, kube-testenv, slurm-bridge): up to date in seconds, or recompiles what changed"
+else
+  step "cargo build (slurm-testenv, kube-testenv, slurm-bridge): the first build compiles about 210 crates: about 4 minutes on 2 cores, plus downloading them once"
+fi
+cargo build -p slurm-testenv -p kube-testenv -p slurm-bridge
+done_step built
+
+step "Slurm root file system (slurm-testenv prepare: cached; the first time about a minute with debootstrap)"
+$st prepare
+step "Kubernetes binaries (kube-testenv prepare: cached; the first time about 16 minutes on 2 cores, built from their Go modules, progress every 20 s)"
+$kt prepare
+done_step ready
+
+rm -rf "$work"
+mkdir -p "$work"
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$mode" = keep ]; then
+    kept_message
+    exit "$rc"
+  fi
+  stop_all
+  echo "stopped slurm-bridge, Slurm and Kubernetes; the slurm-bridge log is $work/scheduler.log"
+  exit "$rc"
+}
+kept_message() {
+  echo
+  echo "${bold}Still running (--keep):${plain}"
+  running_parts
+  cat <<EOF
+Try:
+  $kt exec --name $name -- kubectl get pods -o wide
+  $kt exec --name $name -- kubectl describe pod sleep
+  $kt exec --name $name -- kubectl get podgroups.scheduling.x-k8s.io
+  $st exec --name $name -- squeue
+  $st exec --name $name -- scontrol show job 1
+or, in this shell: export KUBECONFIG=/run/kube-testenv/$name/kubeconfig, and eval "\$($st env --name $name)"
+Stop everything (and remove $work) with: hack/demo.sh --stop
+EOF
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step "real Slurm, no node yet (slurm-testenv up)"
+eval "$($st up --name "$name" --nodes 0)"
+done_step up
+
+step "Kubernetes control plane with nodes node-1..node-6 (kube-testenv up)"
+eval "$($kt up --name "$name" --nodes 6)"
+done_step up
+kc() { $kt exec --name "$name" -- kubectl "$@"; }
 
 cat >"$work/config.yaml" <<CFG
 schedulerName: slurm-bridge-scheduler
@@ -49,31 +166,93 @@ slurmRestApi: $SLURM_REST_URL
 partition: slurm-bridge
 mcsLabel: kubernetes
 CFG
-echo "==> slurm-bridge scheduler"
-SLURM_JWT_FILE="$SLURM_JWT_FILE" $bin/slurm-bridge scheduler --config "$work/config.yaml" \
-  --leader-elect=false --health-probe-bind-address 127.0.0.1:18081 2>"$work/scheduler.log" &
-pids+=($!)
-for _ in $(seq 300); do curl -sf http://127.0.0.1:18081/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-curl -sf http://127.0.0.1:18081/readyz >/dev/null || { echo "scheduler not ready:"; tail "$work/scheduler.log"; exit 1; }
+step "slurm-bridge run: the scheduler and the controllers (log $work/scheduler.log)"
+# Port 0: the kernel picks a free probe port; the scheduler logs the one it got.
+: >"$work/scheduler.log"
+RUST_LOG="${RUST_LOG:-info,kube=warn,tower=warn,hyper=warn},slurm_bridge::server=info" \
+  setsid $bin/slurm-bridge run --config "$work/config.yaml" \
+  --leader-elect=false --health-probe-bind-address 127.0.0.1:0 \
+  </dev/null >"$work/scheduler.log" 2>&1 &
+echo $! >"$work/scheduler.pid"
+probe=
+for _ in $(seq 300); do
+  probe=$(sed -n 's/.*serving \/healthz.* addr=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/scheduler.log" || true)
+  [ -n "$probe" ] && curl -sf "http://$probe/readyz" >/dev/null 2>&1 && break
+  scheduler_pid >/dev/null || break
+  sleep 0.1
+done
+if [ -z "$probe" ] || ! curl -sf "http://$probe/readyz" >/dev/null 2>&1; then
+  echo "slurm-bridge did not get ready; its log ($work/scheduler.log):"
+  tail -n 20 "$work/scheduler.log"
+  exit 1
+fi
+echo "$probe" >"$work/probe-address"
+done_step "ready, probes and metrics on http://$probe"
 
-echo "==> kubectl apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml"
+step "label the nodes as external nodes; the node controller registers them in Slurm"
+kc annotate nodes --all scheduler.slinky.slurm.net/external-node-partitions=slurm-bridge >/dev/null
+kc label nodes --all scheduler.slinky.slurm.net/external-node=true >/dev/null
+for _ in $(seq 300); do
+  [ "$($st exec --name "$name" -- sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)" -ge 6 ] && break
+  sleep 0.1
+done
+$st exec --name "$name" -- sinfo -N -o '%N %c %m %f %T'
+done_step registered
+
+step "kubectl apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml"
 kc apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml
+applied=$(date +%s%N)
 
+echo
+echo "as they bind (pod -> Slurm job -> node, time since apply):"
 columns='POD:.metadata.name,SLURM_JOB:.metadata.labels.scheduler\.slinky\.slurm\.net/slurm-jobid,NODE:.spec.nodeName,PHASE:.status.phase'
-for _ in $(seq 60); do
-  out=$(kc get pods -o custom-columns="$columns" --sort-by=.metadata.name)
-  if ! grep -q '<none>' <<<"$out" && [ "$(wc -l <<<"$out")" -ge 7 ]; then break; fi
-  sleep 1
+declare -A seen=()
+deadline=$(($(date +%s) + 60))
+next_note=$(($(date +%s) + 10))
+while :; do
+  out=$(kc get pods -o custom-columns="$columns" --sort-by=.metadata.name --no-headers)
+  while read -r pod job node _; do
+    [ -n "$pod" ] && [ "$node" != "<none>" ] && [ -z "${seen[$pod]:-}" ] || continue
+    seen[$pod]=1
+    printf '  %-15s Slurm job %-4s %-8s %s\n' "$pod" "$job" "$node" "$(since "$applied")"
+  done <<<"$out"
+  pending=$(grep -c '<none>' <<<"$out" || true)
+  [ "$(wc -l <<<"$out")" -ge 6 ] && [ "$pending" = 0 ] && break
+  if [ "$(date +%s)" -ge "$deadline" ]; then break; fi
+  if [ "$(date +%s)" -ge "$next_note" ]; then
+    echo "  ... $pending pod(s) not bound yet"
+    next_note=$(($(date +%s) + 10))
+  fi
+  sleep 0.5
 done
 echo
-echo "$out"
+kc get pods -o custom-columns="$columns" --sort-by=.metadata.name
 echo
-echo "==> the same from Slurm's side (squeue)"
-$st exec --name demo -- squeue -o '%.6i %.12j %.9T %.6D %N'
-if grep -q '<none>' <<<"$out"; then
-  echo "some pods did not bind; scheduler log:"; tail -n 20 "$work/scheduler.log"; exit 1
+step "the same from Slurm's side (squeue)"
+$st exec --name "$name" -- squeue -o '%.6i %.22j %.9T %.6D %N'
+if [ "$pending" != 0 ] || [ "$(wc -l <<<"$out")" -lt 6 ]; then
+  echo "some pods did not bind within 60 s; the scheduler's log ($work/scheduler.log) ends with:"
+  tail -n 20 "$work/scheduler.log"
+  exit 1
 fi
-if $keep; then
-  echo "PIDs: ${pids[*]}; KUBECONFIG=$KUBECONFIG"
-  trap - EXIT
+echo
+step "the scheduler's events on a pod (kubectl describe pod trio-0, its Events)"
+kc describe pod trio-0 | sed -n '/^Events:/,$p'
+echo
+step "the Job runs to completion; its pods' Slurm jobs end with them"
+jobs_of_compute=$(kc get pods -l batch.kubernetes.io/job-name=compute \
+  -o jsonpath='{.items[*].metadata.labels.scheduler\.slinky\.slurm\.net/slurm-jobid}')
+kc wait --for=condition=Complete job/compute --timeout=90s
+for _ in $(seq 100); do
+  live=$($st exec --name "$name" -- squeue -h -t PENDING,RUNNING -o %i | grep -xF -f <(tr ' ' '\n' <<<"$jobs_of_compute") || true)
+  [ -z "$live" ] && break
+  sleep 0.1
+done
+kc get pods -l batch.kubernetes.io/job-name=compute -o custom-columns="$columns,FINALIZERS:.metadata.finalizers"
+$st exec --name "$name" -- squeue -t all -o '%.6i %.22j %.9T %.6D %N'
+if [ -n "$live" ]; then
+  echo "Slurm jobs $live of the finished Job are still live"
+  exit 1
 fi
+echo
+echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 6 pods bound, a Job completed)"

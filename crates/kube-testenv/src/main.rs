@@ -75,9 +75,10 @@ impl StartArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Start an instance in the background and print KUBECONFIG=<path> (cluster admin).
+    /// Start an instance in the background and print `export KUBECONFIG=<path>` (cluster admin), for
+    /// `eval "$(kube-testenv up)"`.
     Up(StartArgs),
-    /// Print the same line as `up` for a running instance.
+    /// Print the same `export` line as `up` for a running instance.
     Env {
         #[arg(long, default_value = "default")]
         name: String,
@@ -95,7 +96,7 @@ enum Cmd {
         #[arg(long, default_value = "default")]
         name: String,
     },
-    /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints the same line as `up`.
+    /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
     /// Build (or check) the cached Kubernetes, etcd, JobSet and LeaderWorkerSet binaries only.
     Prepare,
@@ -108,6 +109,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn,kube_testenv=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(Cli::parse().command) {
         Ok(code) => code,
@@ -122,7 +124,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Up(args) => up(&args),
         Cmd::Env { name } => {
-            print!("{}", Attached::find(&name)?.env_lines());
+            print!(
+                "{}",
+                slurm_testenv::shell::exports(&Attached::find(&name)?.env_lines())
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Exec { name, command } => {
@@ -179,7 +184,7 @@ fn up(args: &StartArgs) -> anyhow::Result<ExitCode> {
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         if line.starts_with("KUBECONFIG=") {
-            println!("{line}");
+            print!("{}", slurm_testenv::shell::exports(&line));
             return Ok(ExitCode::SUCCESS);
         }
     }

@@ -54,7 +54,7 @@ fn up_env_exec_down() {
     let line = stdout.trim_end();
     assert_eq!(stdout.lines().count(), 1, "up prints one line: {stdout:?}");
     let kubeconfig = PathBuf::from(
-        line.strip_prefix("KUBECONFIG=")
+        line.strip_prefix("export KUBECONFIG=")
             .unwrap_or_else(|| panic!("not a KUBECONFIG line: {line:?}")),
     );
     assert!(kubeconfig.is_file(), "{}", kubeconfig.display());

@@ -3,8 +3,10 @@
 //! A group of pods becomes one Slurm external job ([`workload`]); the `translate`
 //! subcommand ([`cli::translate`]) shows that mapping for manifests without a cluster.
 
+pub mod caches;
 pub mod cli;
 pub mod config;
+pub mod controllers;
 pub mod leader;
 pub mod resources;
 pub mod scheduler;

@@ -121,6 +121,10 @@ fn single_job() {
     );
     assert_eq!(j["minimum_nodes"], 1);
     assert_eq!(j["memory_per_node"]["number"], 256);
+    assert_eq!(
+        j["name"], "slurm-bridge/job-sleep-single",
+        "no job-name annotation: the Job's namespace/name"
+    );
 }
 
 #[test]
@@ -136,6 +140,7 @@ fn large_job_is_one_external_job_per_pod() {
         );
         assert_eq!(job(g)["shared"], serde_json::json!([]), "exclusive=false");
         assert_eq!(job(g)["cpus_per_task"], 2);
+        assert_eq!(job(g)["name"], "slurm-bridge/job-sleep-large");
     }
 }
 
@@ -152,6 +157,11 @@ fn single_jobset() {
     );
     assert_eq!(job(&gs[0])["partition"], "debug");
     assert_eq!(job(&gs[0])["time_limit"]["number"], 5);
+    assert_eq!(
+        job(&gs[0])["name"],
+        "slurm-bridge/jobset-single",
+        "no job-name annotation: the JobSet's namespace/name"
+    );
 }
 
 #[test]
@@ -270,6 +280,11 @@ fn gpus_and_dra_extended_resources() {
         job(by_group("pod/slurm-bridge/cuda"))["tres_per_node"],
         "gres/gpu=2"
     );
+    assert_eq!(
+        job(by_group("pod/slurm-bridge/cuda"))["name"],
+        "slurm-bridge/cuda",
+        "no job-name annotation: the bare pod's namespace/name"
+    );
     let dra = job(by_group("pod/slurm-bridge/dra-gpu"));
     assert_eq!(dra["tres_per_node"], "gres/gpu:gpu.example.com=1");
     assert_eq!(dra["cpus_per_task"], 4, "dra.cpu counts as CPUs");
@@ -292,6 +307,11 @@ fn deployment_pods() {
             "annotations of the controller, not of the pod"
         );
         assert_eq!(job(g)["cpus_per_task"], 1);
+        assert_eq!(
+            job(g)["name"],
+            "slurm-bridge/web",
+            "no job-name annotation: the root (the Deployment)"
+        );
     }
 }
 
@@ -360,8 +380,29 @@ fn invalid_inputs_fail_naming_object_and_problem() {
             assert!(stderr.contains(n), "{file}: {n:?} not in {stderr}");
         }
     }
+    let out = translate(&["-f", &fixture("invalid-annotation.yaml")], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert_eq!(
+        error.matches("slurm-bridge/bad").count(),
+        1,
+        "the pod is named once: {error}"
+    );
     let out = translate(&["-f", "/nonexistent/x.yaml"], None);
     assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot read /nonexistent/x.yaml"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("error:").count(),
+        1,
+        "one error, no \"no pods found\" after it: {stderr}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
         .args([
             "--config",

@@ -283,6 +283,15 @@ impl Instance {
         )
     }
 
+    /// The `unshare` wrappers of slurmctld and slurmrestd, as recorded when they started.
+    pub fn daemon_wrappers(&self) -> Vec<ProcId> {
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        [meta.slurmctld, meta.slurmrestd]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// True while slurmctld is alive.
     pub fn is_running(&self) -> bool {
         let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());

@@ -27,6 +27,7 @@ mod ports;
 pub mod process;
 pub mod rootfs;
 mod sandbox;
+pub mod shell;
 
 pub use error::{Error, Result};
 pub use instance::{DATA_PARSER, Instance, InstanceOptions, sweep_stale};

@@ -17,7 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Start an instance in the background and print SLURM_REST_URL, SLURM_JWT, SLURM_JWT_FILE and SLURM_CONF.
+    /// Start an instance in the background and print `export` lines for SLURM_REST_URL, SLURM_JWT,
+    /// SLURM_JWT_FILE and SLURM_CONF: `eval "$(slurm-testenv up)"` sets them for child processes too.
     Up {
         #[arg(long, default_value = "default")]
         name: String,
@@ -44,7 +45,7 @@ enum Cmd {
         name: String,
     },
     /// Run an instance in the foreground until this process is stopped (Ctrl-C, SIGTERM or SIGKILL);
-    /// prints the same lines as `up`. Its watchdog removes the instance when the process dies.
+    /// prints the four `KEY=value` lines (without `export`). Its watchdog removes the instance when the process dies.
     Run {
         #[arg(long, default_value = "default")]
         name: String,
@@ -74,6 +75,9 @@ fn running(name: &str) -> slurm_testenv::Result<Instance> {
     Ok(inst)
 }
 
+/// How long `down` waits for PID 1 to reap the stopped `unshare` wrappers of a detached instance.
+const REAP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
     match cmd {
         Cmd::Up { name, nodes } => {
@@ -89,11 +93,14 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
                 inst.name(),
                 inst.dir().display()
             );
-            print!("{}", inst.env_lines());
+            print!("{}", slurm_testenv::shell::exports(&inst.env_lines()));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Env { name } => {
-            print!("{}", running(&name)?.env_lines());
+            print!(
+                "{}",
+                slurm_testenv::shell::exports(&running(&name)?.env_lines())
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Exec { name, command } => {
@@ -107,8 +114,19 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
         Cmd::Down { name } => {
             match Instance::attach(&name) {
                 Ok(inst) => {
+                    let wrappers = inst.daemon_wrappers();
                     inst.stop()?;
+                    // A detached instance's wrappers are PID 1's children since `up` exited: wait
+                    // until it has reaped them, so no `[unshare] <defunct>` entry outlives `down`.
+                    let left = slurm_testenv::process::wait_reaped(&wrappers, REAP_WAIT);
                     eprintln!("slurm-testenv: instance {name:?} stopped and removed");
+                    if !left.is_empty() {
+                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
+                        eprintln!(
+                            "slurm-testenv: note: PID 1 has not reaped the stopped `unshare` wrapper(s) {} yet; they hold no resources",
+                            pids.join(", ")
+                        );
+                    }
                 }
                 Err(slurm_testenv::Error::NoSuchInstance { .. }) => {
                     eprintln!("slurm-testenv: no instance named {name:?}; nothing to stop");

@@ -21,6 +21,12 @@ impl ProcId {
         ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 })
     }
 
+    /// True while this very process is still in the process table, as a zombie too: it is gone
+    /// once its parent (for a detached instance's wrappers, PID 1) has reaped it.
+    pub fn in_process_table(&self) -> bool {
+        start_time(self.pid) == Some(self.start_time)
+    }
+
     /// True while this very process (not a later one with the same PID) is alive and not a zombie.
     pub fn is_alive(&self) -> bool {
         match stat_fields(self.pid) {
@@ -95,6 +101,23 @@ pub fn stop_sandbox(wrapper: ProcId, timeout: Duration) {
     }
 }
 
+/// Waits up to `timeout` until none of `procs` is in the process table (reaped, not only dead);
+/// returns those that still are (zombies whose parent has not reaped them yet).
+pub fn wait_reaped(procs: &[ProcId], timeout: Duration) -> Vec<ProcId> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left: Vec<ProcId> = procs
+            .iter()
+            .copied()
+            .filter(ProcId::in_process_table)
+            .collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// True when running as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -115,6 +138,21 @@ mod tests {
             start_time: me.start_time + 1,
         };
         assert!(!reused.is_alive());
+    }
+
+    #[test]
+    fn a_reaped_child_leaves_the_process_table_and_a_zombie_does_not() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let id = ProcId::of(child.id() as i32).expect("just started");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while id.is_alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!id.is_alive(), "exited");
+        assert!(id.in_process_table(), "a zombie until reaped");
+        assert_eq!(wait_reaped(&[id], Duration::from_millis(100)), vec![id]);
+        child.wait().unwrap();
+        assert!(wait_reaped(&[id], Duration::from_millis(100)).is_empty());
     }
 
     #[test]

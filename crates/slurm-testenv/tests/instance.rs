@@ -209,7 +209,13 @@ fn cli_up_env_exec_down() {
     let lines = String::from_utf8(up.stdout).unwrap();
     let keys: Vec<&str> = lines
         .lines()
-        .map(|l| l.split('=').next().unwrap())
+        .map(|l| {
+            l.strip_prefix("export ")
+                .unwrap_or_else(|| panic!("not an export line: {l:?}"))
+                .split('=')
+                .next()
+                .unwrap()
+        })
         .collect();
     assert_eq!(
         keys,
@@ -250,14 +256,24 @@ fn cli_up_env_exec_down() {
         .lines()
         .next()
         .unwrap()
-        .trim_start_matches("SLURM_REST_URL=");
+        .trim_start_matches("export SLURM_REST_URL=");
     let port = url.rsplit(':').next().unwrap().to_string();
+    let wrappers = slurm_testenv::Instance::attach(&name)
+        .unwrap()
+        .daemon_wrappers();
+    assert_eq!(wrappers.len(), 2, "slurmctld's and slurmrestd's");
     let down = Command::new(bin)
         .args(["down", "--name", &name])
         .output()
         .unwrap();
     assert!(down.status.success());
     assert!(daemon_pids_for(&port).is_empty());
+    // The wrappers are reaped by the time `down` returns, or `down` says they are not.
+    let down_err = String::from_utf8_lossy(&down.stderr);
+    assert!(
+        wrappers.iter().all(|w| !w.in_process_table()) || down_err.contains("has not reaped"),
+        "{down_err}"
+    );
     let env_after = Command::new(bin)
         .args(["env", "--name", &name])
         .output()

@@ -1,5 +1,8 @@
 //! Command line: `slurm-bridge [--config PATH] <subcommand>`.
 
+pub mod controllers;
+pub mod process;
+pub mod run;
 pub mod scheduler;
 pub mod translate;
 
@@ -30,8 +33,10 @@ pub enum Command {
     Translate(translate::TranslateArgs),
     /// The scheduler: binds the pods naming this scheduler to the nodes Slurm allocates.
     Scheduler(scheduler::SchedulerArgs),
-    /// Everything in one process (for now the scheduler; the controllers and admission join later).
-    Run(scheduler::SchedulerArgs),
+    /// The controllers: pods and their Slurm jobs after binding, Kubernetes nodes as Slurm external nodes.
+    Controllers(controllers::ControllersArgs),
+    /// Everything in one process (the scheduler and the controllers), on shared caches.
+    Run(run::RunArgs),
 }
 
 /// Load the config: the given path, else the default path when it exists, else the empty
@@ -60,6 +65,7 @@ pub fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
@@ -72,37 +78,42 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.command {
-        Command::Scheduler(args) | Command::Run(args) => {
-            eprintln!("note: using {origin}");
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: starting the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(scheduler::run(cfg, args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+    let process: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>> =
+        match cli.command {
+            Command::Scheduler(args) => Box::pin(scheduler::run(cfg, args)),
+            Command::Controllers(args) => Box::pin(controllers::run(cfg, args)),
+            Command::Run(args) => Box::pin(run::run(cfg, args)),
+            Command::Translate(args) => return run_translate(&args, &cfg, &origin),
+        };
+    eprintln!("note: using {origin}");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
         }
-        Command::Translate(args) => {
-            let stdin = std::io::stdin();
-            let mut stdout = std::io::stdout().lock();
-            let mut stderr = std::io::stderr().lock();
-            eprintln!("note: using {origin}");
-            match translate::run(&args, &cfg, &mut stdin.lock(), &mut stdout, &mut stderr) {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => ExitCode::FAILURE,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    };
+    match runtime.block_on(process) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The dry run.
+fn run_translate(args: &translate::TranslateArgs, cfg: &Config, origin: &str) -> ExitCode {
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    eprintln!("note: using {origin}");
+    match translate::run(args, cfg, &mut stdin.lock(), &mut stdout, &mut stderr) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

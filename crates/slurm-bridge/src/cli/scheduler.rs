@@ -1,15 +1,15 @@
 //! `slurm-bridge scheduler` (and `run`): the scheduler process with its probes, metrics, leader
 //! election and clean shutdown on SIGTERM.
 
+use super::process;
 use crate::config::Config;
 use crate::scheduler::context::Slurm;
 use crate::scheduler::{self, SchedulerOptions};
 use crate::{leader, server};
 use anyhow::{Context, bail};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -83,24 +83,6 @@ pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
         .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
 }
 
-/// SIGTERM and SIGINT, as a stream: the first asks for a graceful shutdown, a second for an
-/// immediate one.
-pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    let int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    Ok(Box::pin(futures::stream::unfold(
-        (term, int),
-        |(mut term, mut int)| async move {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM"),
-                _ = int.recv() => tracing::info!("SIGINT"),
-            }
-            Some(((), (term, int)))
-        },
-    )))
-}
-
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
     if cfg.scheduler_name.is_empty() {
@@ -108,7 +90,7 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
             "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
         );
     }
-    let signals = signals()?;
+    let signals = process::signals()?;
     let listener = server::bind(args.health_probe_bind_address).await?;
     let client = kube::Client::try_default()
         .await
@@ -130,28 +112,19 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
 }
 
 /// The scheduler process: leader election (`lease`, or none: lead at once), the scheduler and
-/// the probes on `listener`, until the first item of `signals`. Then `/readyz` turns 503, no new
-/// pass starts, the passes in flight finish (up to `opts.shutdown_grace`, then they are aborted),
-/// the Lease is released so a standby takes over at once, and the probe server stops. A second
-/// item of `signals` during that stops at once (the Lease then expires on its own).
+/// the probes on `listener`, until the first item of `signals` (see [`process::serve`]).
 pub async fn serve<S: Slurm>(
     client: kube::Client,
     slurm: S,
     opts: SchedulerOptions,
     lease: Option<leader::LeaseSpec>,
     listener: tokio::net::TcpListener,
-    mut signals: impl Stream<Item = ()> + Unpin,
+    signals: impl Stream<Item = ()> + Unpin,
 ) -> anyhow::Result<()> {
-    let leadership = match &lease {
-        Some(l) => leader::elect(client.clone(), &l.namespace, &l.name, &l.identity).await?,
-        None => leader::Leadership::always(),
-    };
-    let until = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
-    let (ready_tx, _) = watch::channel(false);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (ready_tx, _) = watch::channel(false);
     let handle = scheduler::run(
         client,
         slurm,
@@ -159,50 +132,24 @@ pub async fn serve<S: Slurm>(
         &mut registry,
         leadership.receiver(),
         ready_tx,
-        until(stop_rx),
+        process::until_true(stop_rx),
     )
     .await;
-    let (server_stop_tx, server_stop_rx) = watch::channel(false);
-    let mut server = tokio::spawn(server::serve(
+    let component = process::Component {
+        name: "scheduler",
+        ready: handle.ready.clone(),
+        stopped: handle.stopped.clone(),
+    };
+    process::serve(
+        leadership,
+        registry,
+        vec![component],
+        stop_tx,
         listener,
-        handle.ready.clone(),
-        Arc::new(registry),
-        until(server_stop_rx),
-    ));
-    let server_ended = tokio::select! {
-        Some(()) = signals.next() => None,
-        res = &mut server => Some(res),
-    };
-    tracing::info!("shutting down");
-    stop_tx.send_replace(true);
-    let stopped = async {
-        let mut stopped = handle.stopped.clone();
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    tokio::select! {
-        _ = stopped => {}
-        Some(()) = signals.next() => {
-            tracing::warn!("second signal: stopping at once");
-            return Ok(());
-        }
-    }
-    // Nothing acts on this replica's leadership any more.
-    leadership.release().await;
-    server_stop_tx.send_replace(true);
-    let served = match server_ended {
-        Some(res) => res,
-        None => match tokio::time::timeout(Duration::from_secs(5), server).await {
-            Ok(res) => res,
-            Err(_) => return Ok(()),
-        },
-    };
-    match served {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e).context("serving probes"),
-        Err(e) => Err(e).context("the probe server failed"),
-    }
+        signals,
+    )
+    .await
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

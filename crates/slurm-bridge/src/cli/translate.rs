@@ -11,7 +11,12 @@ use slurm_rest::models::JobDescMsg;
 use crate::config::Config;
 use crate::workload::ir::pod_key;
 use crate::workload::manifest_reader::ManifestReader;
-use crate::workload::{GangStatus, translate};
+use crate::workload::reader::ObjectRef;
+use crate::workload::{GangStatus, TranslateError, translate};
+
+/// The error of a run that found nothing to translate.
+pub const NO_PODS: &str =
+    "no pods found, and no Job, JobSet or LeaderWorkerSet to generate them from";
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,9 +93,7 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
 
     let pods = reader.pods();
     if pods.is_empty() && report.errors.is_empty() {
-        report.errors.push(
-            "no pods found, and no Job, JobSet or LeaderWorkerSet to generate them from".into(),
-        );
+        report.errors.push(NO_PODS.into());
     }
     let mut done: BTreeSet<String> = BTreeSet::new();
     let mut groups: BTreeSet<String> = BTreeSet::new();
@@ -154,12 +157,30 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
             }
             Err(e) => {
                 done.insert(key.clone());
-                report.errors.push(format!("pod {key}: {e}"));
+                report
+                    .errors
+                    .push(format!("pod {key}: {}", pod_error(pod, &e)));
             }
         }
     }
     report.groups.sort_by(|a, b| a.group.cmp(&b.group));
     report
+}
+
+/// A translation error for the pod's line: without the pod's own name a second time when the
+/// bad annotations are the pod's own (a bare pod); with the object they came from otherwise.
+fn pod_error(pod: &k8s_openapi::api::core::v1::Pod, e: &TranslateError) -> String {
+    match e {
+        TranslateError::Annotations {
+            source_object,
+            errors,
+        } if *source_object == ObjectRef::pod(pod).to_string() => errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+        _ => e.to_string(),
+    }
 }
 
 /// Run `translate`: read the files, print the jobs on `out`, notes and errors on `err`.
@@ -189,7 +210,11 @@ pub fn run(
         }
     }
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
-    let report = rt.block_on(translate_manifests(&sources, cfg));
+    let mut report = rt.block_on(translate_manifests(&sources, cfg));
+    if failed {
+        // "No pods" only repeats the unreadable file's error.
+        report.errors.retain(|e| e != NO_PODS);
+    }
     for group in &report.groups {
         match args.output {
             OutputFormat::Json => {

@@ -204,6 +204,19 @@ impl<S: Slurm> Ctx<S> {
         }
     }
 
+    /// As [`Ctx::pod_event`], for a change seen through the shared caches.
+    pub fn pod_change(&self, change: &crate::caches::Change<Pod>) {
+        use crate::caches::Change;
+        match change {
+            Change::Applied(pod) => self.writer.seen(pod),
+            Change::Deleted(pod) => {
+                self.forget_pod(&pod_key(pod));
+                self.writer.forget_pod(&pod_key(pod));
+            }
+            Change::Relisted => self.pod_event(&watcher::Event::InitDone),
+        }
+    }
+
     /// True while the pod cache holds the pod `ns/name`.
     pub fn is_cached(&self, pod: &str) -> bool {
         pod.split_once('/').is_some_and(|(ns, name)| {

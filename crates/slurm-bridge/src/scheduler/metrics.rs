@@ -45,6 +45,11 @@ impl KubeWrites {
         self.by_kind.get_or_create(&KindLabels { kind }).inc();
     }
 
+    /// The counters by kind, to register.
+    pub fn by_kind(&self) -> Family<KindLabels, Counter> {
+        self.by_kind.clone()
+    }
+
     /// All writes so far.
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
@@ -270,6 +275,33 @@ impl<S: SlurmJobs> SlurmJobs for Instrumented<S> {
 impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
     async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
         measured!(self, "nodes", self.inner.list_nodes())
+    }
+}
+
+impl<S: crate::slurm::node_control::NodeControl> crate::slurm::node_control::NodeControl
+    for Instrumented<S>
+{
+    async fn node(&self, name: &str) -> Result<Option<Node>, slurm_rest::Error> {
+        measured!(self, "node", self.inner.node(name))
+    }
+    async fn create_node(&self, node_conf: &str) -> Result<(), slurm_rest::Error> {
+        measured!(self, "node_create", self.inner.create_node(node_conf))
+    }
+    async fn update_node(
+        &self,
+        name: &str,
+        update: &slurm_rest::models::UpdateNodeMsg,
+    ) -> Result<(), slurm_rest::Error> {
+        measured!(self, "node_update", self.inner.update_node(name, update))
+    }
+    async fn delete_node(&self, name: &str) -> Result<(), slurm_rest::Error> {
+        measured!(self, "node_delete", self.inner.delete_node(name))
+    }
+    async fn partition_exists(&self, name: &str) -> Result<bool, slurm_rest::Error> {
+        measured!(self, "partition", self.inner.partition_exists(name))
+    }
+    async fn partition_names(&self) -> Result<Vec<String>, slurm_rest::Error> {
+        measured!(self, "partitions", self.inner.partition_names())
     }
 }
 

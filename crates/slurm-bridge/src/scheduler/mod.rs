@@ -24,18 +24,17 @@ pub mod reconcile;
 pub mod slurm_ops;
 pub mod sweep;
 
+use crate::caches::{CacheOptions, Caches, Change};
 use crate::config::Config;
-use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmNodeCache};
 use crate::workload::kube_reader::KubeReader;
 use context::{Ctx, Slurm};
 use futures::StreamExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use metrics::{Instrumented, LifecycleMetrics, Metrics};
 use pod_ops::PodWriter;
 use prometheus_client::metrics::counter::Counter;
@@ -77,6 +76,17 @@ impl SchedulerOptions {
     }
 }
 
+impl SchedulerOptions {
+    /// What the scheduler needs of the shared caches.
+    pub fn cache_options(&self) -> CacheOptions {
+        CacheOptions {
+            scheduler_name: self.config.scheduler_name.clone(),
+            job_poll_interval: self.job_poll_interval,
+            node_poll_interval: self.node_poll_interval,
+        }
+    }
+}
+
 /// A running scheduler's observable state, for health probes, metrics and tests.
 #[derive(Clone)]
 pub struct SchedulerHandle {
@@ -93,15 +103,8 @@ pub struct SchedulerHandle {
     pub reconcile_passes: Counter,
 }
 
-/// Strips what the scheduler never reads from cached pods (managed fields are most of a pod's
-/// size), to keep memory flat with many pods.
-fn slim(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-}
-
-/// Runs the scheduler until `shutdown` completes. `leader` says whether this replica may act:
-/// the controller runs only while it reads true (a channel whose sender is gone keeps its last
-/// value; `watch::channel(true).1` leads for ever, as without leader election).
+/// Runs the scheduler with caches of its own until `shutdown` completes (see [`run_with`]);
+/// the caches stop with it.
 pub async fn run<S: Slurm>(
     client: Client,
     slurm: S,
@@ -112,28 +115,45 @@ pub async fn run<S: Slurm>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
     let metrics = Metrics::new(registry);
-    let lifecycle_metrics = LifecycleMetrics::new(registry);
     let slurm = Arc::new(Instrumented {
         inner: slurm,
-        metrics: metrics.clone(),
+        metrics,
     });
-    let watcher_cfg = JobWatcherConfig {
-        interval: opts.job_poll_interval,
-        ..Default::default()
-    };
-    let job_watcher = JobWatcher::new(slurm.clone(), watcher_cfg);
-    let node_cache = SlurmNodeCache::new(slurm.clone(), opts.node_poll_interval);
-    let (node_store, node_writer) = reflector::store::<Node>();
-    let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let node_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
+    let mut handle = run_with(client, caches, opts, registry, leader, ready_tx, shutdown).await;
+    // The caches go when the scheduler has stopped; `stopped` then says both.
+    let (stopped_tx, stopped_rx) = tokio_watch::channel(false);
+    let mut scheduler_stopped = std::mem::replace(&mut handle.stopped, stopped_rx);
+    tokio::spawn(async move {
+        let _ = scheduler_stopped.wait_for(|s| *s).await;
+        tasks.stop().await;
+        stopped_tx.send_replace(true);
+    });
+    handle
+}
+
+/// Runs the scheduler on shared `caches` until `shutdown` completes. `leader` says whether this
+/// replica may act: the controller runs only while it reads true (a channel whose sender is gone
+/// keeps its last value; `watch::channel(true).1` leads for ever, as without leader election).
+pub async fn run_with<S: Slurm>(
+    client: Client,
+    caches: Arc<Caches<Instrumented<S>>>,
+    opts: SchedulerOptions,
+    registry: &mut Registry,
+    leader: tokio_watch::Receiver<bool>,
+    ready_tx: tokio_watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> SchedulerHandle {
+    let metrics = caches.slurm.metrics.clone();
+    let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx {
         config: opts.config.clone(),
         client: client.clone(),
-        slurm: slurm.clone(),
-        watcher: job_watcher.clone(),
-        slurm_nodes: node_cache.clone(),
-        nodes: node_store.clone(),
-        pods: pod_store.clone(),
+        slurm: caches.slurm.clone(),
+        watcher: caches.jobs.clone(),
+        slurm_nodes: caches.slurm_nodes.clone(),
+        nodes: caches.nodes.clone(),
+        pods: caches.pods.clone(),
         reader: KubeReader::new(client.clone()),
         writer: PodWriter::new(client.clone(), &opts.config.scheduler_name),
         locks: Default::default(),
@@ -141,36 +161,32 @@ pub async fn run<S: Slurm>(
         sent: Default::default(),
         failures: Default::default(),
         leader: AtomicBool::new(false),
-        node_generation: node_generation.clone(),
+        node_generation: caches.node_generation.clone(),
         placements: Default::default(),
     });
     let triggers = Arc::new(Triggers::default());
 
-    // The caches: kept warm from start to shutdown, on a standby too.
-    let job_events = job_watcher.subscribe();
-    let mut caches = JoinSet::new();
-    caches.spawn(job_watcher.clone().run());
-    caches.spawn(node_cache.clone().run());
-    caches.spawn(reflect_nodes(client.clone(), node_writer, node_generation));
-    caches.spawn(reflect_pods(
-        client.clone(),
-        opts.config.scheduler_name.clone(),
-        pod_writer,
+    // Subscriptions to the caches, kept from start to shutdown, on a standby too.
+    let mut followers = JoinSet::new();
+    followers.spawn(follow_pods(
         ctx.clone(),
+        caches.pod_changes(),
         triggers.clone(),
     ));
-    caches.spawn(forward_job_events(
+    followers.spawn(follow_slurm_nodes(
         ctx.clone(),
-        job_events,
+        caches.slurm_nodes.subscribe_changes(),
+        triggers.clone(),
+    ));
+    followers.spawn(forward_job_events(
+        ctx.clone(),
+        caches.jobs.subscribe(),
         metrics.clone(),
         triggers.clone(),
     ));
-    let synced = async move {
-        // Decisions need the full picture: a restarted scheduler must see its jobs first.
-        job_watcher.wait_synced().await;
-        node_cache.wait_synced().await;
-        let _ = node_store.wait_until_ready().await;
-        let _ = pod_store.wait_until_ready().await;
+    let synced = {
+        let caches = caches.clone();
+        async move { caches.wait_synced().await }
     };
 
     let (leading_tx, leading_rx) = tokio_watch::channel(false);
@@ -204,8 +220,8 @@ pub async fn run<S: Slurm>(
             lifecycle.lead_until(shutdown).await;
         }
         lifecycle.ready.send_replace(false);
-        caches.abort_all();
-        while caches.join_next().await.is_some() {}
+        followers.abort_all();
+        while followers.join_next().await.is_some() {}
         tracing::info!("scheduler stopped");
         stopped_tx.send_replace(true);
     });
@@ -240,70 +256,45 @@ impl Triggers {
     }
 }
 
-/// The node reflector; only what placement reads (not heartbeats) bumps `generation`, which
-/// invalidates cached placements.
-async fn reflect_nodes(
-    client: Client,
-    writer: reflector::store::Writer<Node>,
-    generation: Arc<std::sync::atomic::AtomicU64>,
-) {
-    let nodes_api: Api<Node> = Api::all(client);
-    let mut fingerprints: std::collections::HashMap<String, u64> = Default::default();
-    watcher(nodes_api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .for_each(move |event| {
-            let changed = match &event {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                    let name = n.metadata.name.clone().unwrap_or_default();
-                    let fp = feasibility::fingerprint(n);
-                    fingerprints.insert(name, fp) != Some(fp)
-                }
-                Ok(watcher::Event::Delete(n)) => {
-                    fingerprints.remove(n.metadata.name.as_deref().unwrap_or_default());
-                    true
-                }
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching nodes failed; retrying");
-                    false
-                }
-            };
-            if changed {
-                generation.fetch_add(1, Ordering::Relaxed);
-            }
-            futures::future::ready(())
-        })
-        .await
-}
-
-/// The reflector of the pods naming the scheduler; a changed pod is reconciled (while leading).
-async fn reflect_pods<S: Slurm>(
-    client: Client,
-    scheduler_name: String,
-    writer: reflector::store::Writer<Pod>,
+/// Pod changes: per-pod state is kept in step, and a changed pod is reconciled (while leading).
+async fn follow_pods<S: Slurm>(
     ctx: Arc<Ctx<S>>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Change<Pod>>,
     triggers: Arc<Triggers>,
 ) {
-    let pods_api: Api<Pod> = Api::all(client);
-    let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
-    watcher(pods_api, cfg)
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .for_each(move |event| {
-            match &event {
-                Ok(event) => {
-                    ctx.pod_event(event);
-                    if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = event {
-                        triggers.send(ObjectRef::from_obj(pod));
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
+    while let Some(change) = changes.recv().await {
+        ctx.pod_change(&change);
+        if let Change::Applied(pod) = &change {
+            triggers.send(ObjectRef::from_obj(&**pod));
+        }
+    }
+}
+
+/// Slurm node listings: when the set of Slurm nodes changes (a node registered or removed), every
+/// unbound pod is reconciled, so a pod that found no node is placed at once, not at its retry.
+async fn follow_slurm_nodes<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Vec<String>>>,
+    triggers: Arc<Triggers>,
+) {
+    let mut generation = ctx.slurm_nodes.snapshot().generation;
+    while changes.recv().await.is_some() {
+        let now = ctx.slurm_nodes.snapshot().generation;
+        if now == generation {
+            continue;
+        }
+        generation = now;
+        for pod in ctx.pods.state() {
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            if !bound && !crate::workload::kinds::is_terminal(&pod) {
+                triggers.send(ObjectRef::from_obj(&*pod));
             }
-            futures::future::ready(())
-        })
-        .await
+        }
+    }
 }
 
 /// Job changes seen by the job watcher: per-job state is kept in step, and every pod of the job

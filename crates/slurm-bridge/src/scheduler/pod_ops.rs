@@ -391,6 +391,20 @@ impl PodWriter {
         reason: &str,
         note: String,
     ) {
+        self.event_for("Scheduling", writes, pod, warning, reason, note)
+            .await
+    }
+
+    /// As [`PodWriter::event`], for another `action` (what the reporter did).
+    pub async fn event_for(
+        &self,
+        action: &str,
+        writes: &KubeWrites,
+        pod: &Pod,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         let now = k8s_openapi::jiff::Timestamp::now();
         let pod_name = pod.name_any();
         let mut note = note;
@@ -412,7 +426,7 @@ impl PodWriter {
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
             "reportingController": self.scheduler_name,
             "reportingInstance": self.instance,
-            "action": "Scheduling",
+            "action": action,
             "reason": reason,
             "note": note,
             "type": if warning { "Warning" } else { "Normal" },

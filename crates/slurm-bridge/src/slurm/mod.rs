@@ -7,6 +7,7 @@
 pub mod job_index;
 pub mod job_watcher;
 pub mod node_cache;
+pub mod node_control;
 
 use slurm_rest::models::{JobInfo, JobStateEntry, Node};
 use std::future::Future;

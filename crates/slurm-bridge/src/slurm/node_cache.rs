@@ -1,10 +1,18 @@
-//! The Slurm node names, listed once per interval (GET /nodes/) instead of once per pod.
+//! The Slurm nodes, listed once per interval (GET /nodes/) instead of once per pod.
+//!
+//! Two views: [`SlurmNodeCache::snapshot`], the names with a generation that moves only when the
+//! names change (the scheduler's placement cache depends on that), and
+//! [`SlurmNodeCache::nodes`], every node as last listed. Subscribers
+//! ([`SlurmNodeCache::subscribe_changes`]) learn after each listing which nodes appeared,
+//! disappeared, or changed in what the node controller acts on (state, reason, resources,
+//! features, topology), so an admin's drain reaches the controller within one interval.
 
 use super::SlurmNodes;
-use std::collections::BTreeSet;
-use std::sync::{Arc, RwLock};
+use slurm_rest::models::Node;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// The names as of one listing, with a generation that changes only when the names do, so
 /// whatever was derived from them (cached placements) stays valid across identical refreshes.
@@ -19,7 +27,39 @@ pub struct SlurmNodeCache<S> {
     source: Arc<S>,
     interval: Duration,
     current: RwLock<NodeNames>,
+    /// Every node of the last listing, by name.
+    nodes: RwLock<Arc<BTreeMap<String, Node>>>,
+    /// Receivers of the names that changed per listing; closed ones are dropped.
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<Vec<String>>>>>,
     synced: watch::Sender<bool>,
+}
+
+/// What a change of a node means to its subscribers; fields that move all the time (allocated
+/// CPUs and memory, load) are left out, so a listing reports only meaningful changes.
+fn watched(n: &Node) -> impl PartialEq + '_ {
+    (
+        &n.state,
+        &n.reason,
+        n.cpus,
+        n.real_memory,
+        &n.gres,
+        &n.features,
+        &n.active_features,
+        &n.partitions,
+        &n.topology,
+    )
+}
+
+/// The names of the nodes that appeared, disappeared or changed between two listings, sorted.
+fn changed_names(old: &BTreeMap<String, Node>, new: &BTreeMap<String, Node>) -> Vec<String> {
+    let mut changed: BTreeSet<&String> = BTreeSet::new();
+    for (name, n) in new {
+        if old.get(name).is_none_or(|o| watched(o) != watched(n)) {
+            changed.insert(name);
+        }
+    }
+    changed.extend(old.keys().filter(|name| !new.contains_key(*name)));
+    changed.into_iter().cloned().collect()
 }
 
 impl<S: SlurmNodes> SlurmNodeCache<S> {
@@ -28,6 +68,8 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             source,
             interval,
             current: RwLock::new(NodeNames::default()),
+            nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            subscribers: Mutex::new(Vec::new()),
             synced: watch::channel(false).0,
         })
     }
@@ -39,6 +81,29 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Every node as of the last successful listing, by name.
+    pub fn nodes(&self) -> Arc<BTreeMap<String, Node>> {
+        self.nodes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// One node as of the last successful listing.
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.nodes().get(name).cloned()
+    }
+
+    /// After each listing, the names of the nodes that appeared, disappeared or changed (state,
+    /// reason, CPUs, memory, GRES, features, partitions, topology); nothing is sent for a listing
+    /// without changes. The first listing after subscribing reports only changes since the
+    /// listing before it: read [`SlurmNodeCache::nodes`] for the current state.
+    pub fn subscribe_changes(&self) -> mpsc::UnboundedReceiver<Arc<Vec<String>>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        rx
     }
 
     pub fn is_synced(&self) -> bool {
@@ -54,14 +119,34 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
     /// Lists the nodes now; the generation moves on only when the names changed.
     pub async fn refresh(&self) -> Result<Arc<BTreeSet<String>>, slurm_rest::Error> {
         let nodes = self.source.list_nodes().await?;
-        let names: BTreeSet<String> = nodes
+        let by_name: BTreeMap<String, Node> = nodes
             .into_iter()
-            .map(|n| n.name)
-            .filter(|n| !n.is_empty())
+            .filter(|n| !n.name.is_empty())
+            .map(|n| (n.name.clone(), n))
             .collect();
+        let names: BTreeSet<String> = by_name.keys().cloned().collect();
+        self.replace_nodes(by_name);
         let names = self.replace(names);
         self.synced.send_replace(true);
         Ok(names)
+    }
+
+    /// Installs the nodes of a listing and tells the subscribers which changed.
+    fn replace_nodes(&self, by_name: BTreeMap<String, Node>) {
+        let changed = {
+            let mut current = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+            let changed = changed_names(&current, &by_name);
+            *current = Arc::new(by_name);
+            changed
+        };
+        if changed.is_empty() {
+            return;
+        }
+        let changed = Arc::new(changed);
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|tx| tx.send(changed.clone()).is_ok());
     }
 
     /// Installs a new listing unless it equals the current one; returns the current names.
@@ -138,5 +223,73 @@ mod tests {
         let changed = cache.snapshot();
         assert_eq!(changed.generation, first.generation + 1);
         assert!(changed.names.contains("n3"));
+    }
+
+    /// Nodes with a state and a reason standing in for slurmctld.
+    #[derive(Default)]
+    struct States(Mutex<Vec<Node>>);
+
+    impl SlurmNodes for States {
+        async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+    }
+
+    fn node(name: &str, drain: Option<&str>, alloc_cpus: i32) -> Node {
+        use slurm_rest::models::NodeState;
+        let mut state = vec![NodeState::Idle, NodeState::External];
+        if drain.is_some() {
+            state.push(NodeState::Drain);
+        }
+        Node {
+            name: name.into(),
+            state,
+            reason: drain.map(str::to_string),
+            alloc_cpus: Some(alloc_cpus),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn subscribers_learn_which_nodes_changed() {
+        let table = Arc::new(States::default());
+        *table.0.lock().unwrap() = vec![node("n1", None, 0), node("n2", None, 0)];
+        let cache = SlurmNodeCache::new(table.clone(), Duration::from_secs(10));
+        let mut rx = cache.subscribe_changes();
+        cache.refresh().await.unwrap();
+        assert_eq!(
+            *rx.try_recv().unwrap(),
+            ["n1", "n2"],
+            "first listing: all new"
+        );
+        assert_eq!(cache.nodes().len(), 2);
+
+        // Allocated CPUs move all the time: not a change.
+        *table.0.lock().unwrap() = vec![node("n1", None, 4), node("n2", None, 0)];
+        cache.refresh().await.unwrap();
+        assert!(rx.try_recv().is_err());
+
+        // A drain is, and so is a node going away; the names generation moves only for the latter.
+        let generation = cache.snapshot().generation;
+        *table.0.lock().unwrap() = vec![node("n1", Some("maintenance"), 4)];
+        cache.refresh().await.unwrap();
+        assert_eq!(*rx.try_recv().unwrap(), ["n1", "n2"]);
+        assert_eq!(cache.snapshot().generation, generation + 1);
+        assert_eq!(
+            cache.node("n1").and_then(|n| n.reason).as_deref(),
+            Some("maintenance")
+        );
+
+        // A reason change alone keeps the names' generation.
+        *table.0.lock().unwrap() = vec![node("n1", Some("other"), 4)];
+        cache.refresh().await.unwrap();
+        assert_eq!(*rx.try_recv().unwrap(), ["n1"]);
+        assert_eq!(cache.snapshot().generation, generation + 1);
+
+        // A dropped receiver is forgotten.
+        drop(rx);
+        *table.0.lock().unwrap() = vec![];
+        cache.refresh().await.unwrap();
+        assert!(cache.subscribers.lock().unwrap().is_empty());
     }
 }

@@ -23,10 +23,17 @@ pub fn admin_comment(ir: &SlurmJobIr, group_key: &str) -> AdminComment {
     )
 }
 
+/// The job name when neither the `job-name` annotation nor the kind (PodGroup, LeaderWorkerSet)
+/// gives one: the scheduling root's `namespace/name` (the bare pod, the Job, the JobSet, the
+/// coscheduling PodGroup, the Deployment, ...), so `squeue` never shows `(null)`.
+pub fn default_job_name(ir: &SlurmJobIr) -> String {
+    format!("{}/{}", ir.root.namespace, ir.root.name)
+}
+
 /// Build the job description.
 ///
-/// Always: `EXTERNAL_JOB`, the admin_comment, `/tmp` as working directory, `nodes` = the
-/// number of pods, `shared` (`["none"]` unless `exclusive=false`). From the config: the
+/// Always: `EXTERNAL_JOB`, the admin_comment, `/tmp` as working directory, a name (else
+/// [`default_job_name`]), `nodes` = the number of pods, `shared` (`["none"]` unless `exclusive=false`). From the config: the
 /// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
 /// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
 /// Unset IR fields are left out.
@@ -41,7 +48,7 @@ pub fn build(
         flags: Some(vec![JobFlag::ExternalJob]),
         admin_comment: Some(admin_comment(ir, group_key).encode()),
         current_working_directory: Some(WORKING_DIRECTORY.to_string()),
-        name: j.job_name.clone(),
+        name: Some(j.job_name.clone().unwrap_or_else(|| default_job_name(ir))),
         partition: j.partition.clone().or_else(|| non_empty(&cfg.partition)),
         mcs_label: non_empty(&cfg.mcs_label),
         account: j.account.clone(),
@@ -163,6 +170,7 @@ mod tests {
         };
         let d = build(&ir, "g", &cfg(), &[]);
         assert_eq!(d.partition.as_deref(), Some("debug"));
+        assert_eq!(d.name.as_deref(), Some("ns/p"));
         assert_eq!(d.shared, Some(vec![]));
         assert_eq!(d.nodes.as_deref(), Some("2"));
         assert_eq!(d.priority, Some(NoVal::Set(5)));
@@ -179,6 +187,7 @@ mod tests {
         };
         let d = build(&ir, "g", &Config::default(), &[]);
         assert_eq!(d.partition, None);
+        assert_eq!(d.name.as_deref(), Some("ns/p"), "the root's namespace/name");
         assert_eq!(d.mcs_label, None);
         assert_eq!(d.shared, Some(vec![Shared::None]));
     }

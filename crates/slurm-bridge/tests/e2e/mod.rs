@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod controllers;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -72,6 +74,14 @@ impl Env {
             })
         });
         let mut opts = kube_testenv::InstanceOptions::with_nodes(nodes as usize);
+        // Slurm's external nodes stand for these nodes: the node controller keeps them (an
+        // unlabelled node's external Slurm node is drained and removed).
+        for n in &mut opts.nodes {
+            n.labels.insert(
+                slurm_bridge::wellknown::LABEL_EXTERNAL_NODE.into(),
+                "true".into(),
+            );
+        }
         opts.workload_controllers = workload_controllers;
         let kube_env = kube_testenv::Instance::start(opts)
             .await

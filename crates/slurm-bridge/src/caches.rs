@@ -1,0 +1,252 @@
+//! The caches every component of one process shares: the Slurm job watcher, the Slurm node
+//! listing, and reflectors of Kubernetes nodes and of the pods naming the bridge.
+//!
+//! `slurm-bridge run` starts them once for the scheduler and the controllers; each component
+//! subscribes to the changes it reacts to ([`Caches::pod_changes`], [`Caches::node_changes`],
+//! [`JobWatcher::subscribe`]) instead of running its own watches and polls.
+
+use crate::scheduler::feasibility;
+use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// A change of a cached object, as subscribers see it (after the cache holds it).
+#[derive(Debug)]
+pub enum Change<K> {
+    /// Created or changed (also every object of a relist).
+    Applied(Arc<K>),
+    /// Deleted.
+    Deleted(Arc<K>),
+    /// A relist finished: objects the cache no longer holds were deleted meanwhile.
+    Relisted,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Applied(o) => Change::Applied(o.clone()),
+            Change::Deleted(o) => Change::Deleted(o.clone()),
+            Change::Relisted => Change::Relisted,
+        }
+    }
+}
+
+/// Subscribers of one kind of change; a subscriber that went away is dropped at the next send.
+struct Fanout<K>(Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>);
+
+impl<K> Default for Fanout<K> {
+    fn default() -> Self {
+        Fanout(Mutex::new(Vec::new()))
+    }
+}
+
+impl<K> Fanout<K> {
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<Change<K>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        rx
+    }
+
+    fn send(&self, change: Change<K>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|tx| tx.send(change.clone()).is_ok());
+    }
+
+    fn send_event(&self, event: &watcher::Event<K>)
+    where
+        K: Clone,
+    {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                self.send(Change::Applied(Arc::new(o.clone())))
+            }
+            watcher::Event::Delete(o) => self.send(Change::Deleted(Arc::new(o.clone()))),
+            watcher::Event::InitDone => self.send(Change::Relisted),
+            watcher::Event::Init => {}
+        }
+    }
+}
+
+/// How often the shared caches poll Slurm.
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// The bridge's scheduler name: the pod cache holds the pods naming it.
+    pub scheduler_name: String,
+    /// Interval of the job watcher's poll of GET /jobs/state/.
+    pub job_poll_interval: Duration,
+    /// Interval of the Slurm node listing.
+    pub node_poll_interval: Duration,
+}
+
+/// The shared caches; see the module doc.
+pub struct Caches<S> {
+    /// The Slurm client the caches read through (shared by the components for their writes).
+    pub slurm: Arc<S>,
+    pub jobs: Arc<JobWatcher<S>>,
+    pub slurm_nodes: Arc<SlurmNodeCache<S>>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    /// Bumped when what placement reads of a node changes (not on heartbeats).
+    pub node_generation: Arc<AtomicU64>,
+    pod_changes: Fanout<Pod>,
+    node_changes: Fanout<Node>,
+    /// True once every cache has its first full picture.
+    synced: tokio::sync::watch::Sender<bool>,
+}
+
+/// The caches' background tasks; dropping this stops them.
+pub struct CacheTasks(JoinSet<()>);
+
+impl CacheTasks {
+    /// Stops every cache task and waits for them to end.
+    pub async fn stop(mut self) {
+        self.0.abort_all();
+        while self.0.join_next().await.is_some() {}
+    }
+}
+
+/// Strips what no component reads from cached pods (managed fields are most of a pod's size),
+/// to keep memory flat with many pods.
+fn slim(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+}
+
+impl<S: SlurmJobs + SlurmNodes> Caches<S> {
+    /// Starts the watches and polls; they run until the returned [`CacheTasks`] is stopped or
+    /// dropped.
+    pub fn start(client: Client, slurm: Arc<S>, opts: &CacheOptions) -> (Arc<Self>, CacheTasks) {
+        let jobs = JobWatcher::new(
+            slurm.clone(),
+            JobWatcherConfig {
+                interval: opts.job_poll_interval,
+                ..Default::default()
+            },
+        );
+        let slurm_nodes = SlurmNodeCache::new(slurm.clone(), opts.node_poll_interval);
+        let (nodes, node_writer) = reflector::store::<Node>();
+        let (pods, pod_writer) = reflector::store::<Pod>();
+        let caches = Arc::new(Caches {
+            slurm,
+            jobs,
+            slurm_nodes,
+            nodes,
+            pods,
+            node_generation: Default::default(),
+            pod_changes: Fanout::default(),
+            node_changes: Fanout::default(),
+            synced: tokio::sync::watch::channel(false).0,
+        });
+        let mut tasks = JoinSet::new();
+        tasks.spawn(caches.jobs.clone().run());
+        tasks.spawn(caches.slurm_nodes.clone().run());
+        tasks.spawn(reflect_nodes(client.clone(), node_writer, caches.clone()));
+        tasks.spawn(reflect_pods(
+            client,
+            opts.scheduler_name.clone(),
+            pod_writer,
+            caches.clone(),
+        ));
+        // One waiter only: a store's readiness wakes a single waiting task.
+        let waiter = caches.clone();
+        tasks.spawn(async move {
+            waiter.jobs.wait_synced().await;
+            waiter.slurm_nodes.wait_synced().await;
+            let _ = waiter.nodes.wait_until_ready().await;
+            let _ = waiter.pods.wait_until_ready().await;
+            waiter.synced.send_replace(true);
+        });
+        (caches, CacheTasks(tasks))
+    }
+
+    /// Waits until every cache has its first full picture: decisions need it (a restarted
+    /// process must see its jobs before it submits or cancels any). Any number of tasks may wait.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Pod changes from now on.
+    pub fn pod_changes(&self) -> mpsc::UnboundedReceiver<Change<Pod>> {
+        self.pod_changes.subscribe()
+    }
+
+    /// Node changes from now on.
+    pub fn node_changes(&self) -> mpsc::UnboundedReceiver<Change<Node>> {
+        self.node_changes.subscribe()
+    }
+}
+
+/// The node reflector; only what placement reads (not heartbeats) bumps the node generation,
+/// which invalidates cached placements.
+async fn reflect_nodes<S>(
+    client: Client,
+    writer: reflector::store::Writer<Node>,
+    caches: Arc<Caches<S>>,
+) {
+    let nodes_api: Api<Node> = Api::all(client);
+    let mut fingerprints: HashMap<String, u64> = Default::default();
+    watcher(nodes_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(move |event| {
+            let changed = match &event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    let name = n.metadata.name.clone().unwrap_or_default();
+                    let fp = feasibility::fingerprint(n);
+                    fingerprints.insert(name, fp) != Some(fp)
+                }
+                Ok(watcher::Event::Delete(n)) => {
+                    fingerprints.remove(n.metadata.name.as_deref().unwrap_or_default());
+                    true
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching nodes failed; retrying");
+                    false
+                }
+            };
+            if changed {
+                caches.node_generation.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Ok(event) = &event {
+                caches.node_changes.send_event(event);
+            }
+            futures::future::ready(())
+        })
+        .await
+}
+
+/// The reflector of the pods naming the bridge's scheduler.
+async fn reflect_pods<S>(
+    client: Client,
+    scheduler_name: String,
+    writer: reflector::store::Writer<Pod>,
+    caches: Arc<Caches<S>>,
+) {
+    let pods_api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
+    watcher(pods_api, cfg)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                Ok(event) => caches.pod_changes.send_event(event),
+                Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
+            }
+            futures::future::ready(())
+        })
+        .await
+}

@@ -1,0 +1,127 @@
+//! `slurm-bridge controllers`: the pod and node controllers in their own process, with probes,
+//! metrics, leader election and a clean shutdown on SIGTERM.
+
+use super::process;
+use super::scheduler::{parse_duration, slurm_client};
+use crate::config::Config;
+use crate::controllers::{self, ControllersOptions};
+use crate::{leader, server};
+use anyhow::{Context, bail};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Flags of the controllers, in `controllers` and `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerFlags {
+    /// Pods the pod controller reconciles at once.
+    #[arg(long, default_value_t = 16)]
+    pub pod_workers: u16,
+    /// Nodes the node controller reconciles at once.
+    #[arg(long, default_value_t = 4)]
+    pub node_workers: u16,
+    /// How long a node may be deleted or NotReady before the pods bound to it are released
+    /// (their Slurm job cancelled, their finalizer removed), e.g. 5m.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub lost_node_grace: Duration,
+    /// Interval of the safety-net pass over every pod and node (changes are handled at once).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub resync: Duration,
+}
+
+impl ControllerFlags {
+    /// The options these flags give, with the process-wide settings.
+    pub fn options(
+        &self,
+        cfg: Config,
+        slurm_poll_interval: Duration,
+        shutdown_grace: Duration,
+    ) -> ControllersOptions {
+        let mut opts = ControllersOptions::new(cfg);
+        opts.pod_workers = self.pod_workers;
+        opts.node_workers = self.node_workers;
+        opts.lost_node_grace = self.lost_node_grace;
+        opts.resync = self.resync;
+        opts.job_poll_interval = slurm_poll_interval;
+        opts.shutdown_grace = shutdown_grace;
+        opts
+    }
+}
+
+/// Flags of `controllers`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllersArgs {
+    /// Compete for a Lease so only one replica acts (`--leader-elect=false` turns it off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_elect_namespace: String,
+    /// Name of the leader Lease (default: `<scheduler name>-controllers`).
+    #[arg(long)]
+    pub leader_elect_name: Option<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: SocketAddr,
+    /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub slurm_poll_interval: Duration,
+    /// On SIGTERM, how long the passes in flight may finish before they are aborted.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    #[command(flatten)]
+    pub controllers: ControllerFlags,
+}
+
+/// Runs the controllers until SIGTERM/SIGINT.
+pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
+    if cfg.scheduler_name.is_empty() {
+        bail!(
+            "schedulerName is not set in the config file: the controllers manage the pods naming it, e.g. slurm-bridge-scheduler"
+        );
+    }
+    let signals = process::signals()?;
+    let listener = server::bind(args.health_probe_bind_address).await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let slurm = slurm_client(&cfg)?;
+    let lease = args.leader_elect.then(|| leader::LeaseSpec {
+        namespace: args.leader_elect_namespace.clone(),
+        name: args
+            .leader_elect_name
+            .clone()
+            .unwrap_or_else(|| format!("{}-controllers", cfg.scheduler_name)),
+        identity: leader::identity(),
+    });
+    let opts = args
+        .controllers
+        .options(cfg, args.slurm_poll_interval, args.shutdown_grace);
+    let leadership = process::leadership(&client, lease.as_ref()).await?;
+    let mut registry = Registry::default();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = controllers::run(
+        client,
+        slurm,
+        opts,
+        &mut registry,
+        leadership.receiver(),
+        process::until_true(stop_rx),
+    )
+    .await;
+    let component = process::Component {
+        name: "controllers",
+        ready: handle.ready.clone(),
+        stopped: handle.stopped.clone(),
+    };
+    process::serve(
+        leadership,
+        registry,
+        vec![component],
+        stop_tx,
+        listener,
+        signals,
+    )
+    .await
+}

@@ -1,0 +1,128 @@
+//! What every long-running subcommand shares: leader election, the probe server, and a clean
+//! shutdown on SIGTERM (readiness off, passes in flight finish, Lease released).
+
+use crate::{leader, server};
+use anyhow::Context;
+use futures::{Stream, StreamExt};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// SIGTERM and SIGINT, as a stream: the first asks for a graceful shutdown, a second for an
+/// immediate one.
+pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(Box::pin(futures::stream::unfold(
+        (term, int),
+        |(mut term, mut int)| async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = int.recv() => tracing::info!("SIGINT"),
+            }
+            Some(((), (term, int)))
+        },
+    )))
+}
+
+/// One running component (scheduler, controllers) as the process sees it.
+pub struct Component {
+    pub name: &'static str,
+    /// True while it is ready (caches synced, not shutting down).
+    pub ready: watch::Receiver<bool>,
+    /// True once it has stopped after its stop signal.
+    pub stopped: watch::Receiver<bool>,
+}
+
+/// Competes for `lease`, or leads at once without one (`--leader-elect=false`).
+pub async fn leadership(
+    client: &kube::Client,
+    lease: Option<&leader::LeaseSpec>,
+) -> anyhow::Result<leader::Leadership> {
+    Ok(match lease {
+        Some(l) => leader::elect(client.clone(), &l.namespace, &l.name, &l.identity).await?,
+        None => leader::Leadership::always(),
+    })
+}
+
+/// Resolves once `rx` reads true (or its sender is gone).
+pub async fn until_true(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// True while every component is ready.
+fn all_ready(components: &[Component]) -> watch::Receiver<bool> {
+    let mut readies: Vec<watch::Receiver<bool>> =
+        components.iter().map(|c| c.ready.clone()).collect();
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        loop {
+            let ready = readies.iter().all(|r| *r.borrow());
+            tx.send_replace(ready);
+            let changes = readies.iter_mut().map(|r| Box::pin(r.changed()));
+            if futures::future::select_all(changes).await.0.is_err() {
+                tx.send_replace(false);
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Serves the probes of `components` on `listener` until the first item of `signals`. Then
+/// `stop` is sent: `/readyz` turns 503, no new pass starts, the passes in flight finish, the
+/// Lease is released so a standby takes over at once, and the probe server stops. A second item
+/// of `signals` during that stops at once (the Lease then expires on its own).
+pub async fn serve(
+    leadership: leader::Leadership,
+    registry: Registry,
+    components: Vec<Component>,
+    stop: watch::Sender<bool>,
+    listener: tokio::net::TcpListener,
+    mut signals: impl Stream<Item = ()> + Unpin,
+) -> anyhow::Result<()> {
+    let (server_stop_tx, server_stop_rx) = watch::channel(false);
+    let mut server = tokio::spawn(server::serve(
+        listener,
+        all_ready(&components),
+        Arc::new(registry),
+        until_true(server_stop_rx),
+    ));
+    let server_ended = tokio::select! {
+        Some(()) = signals.next() => None,
+        res = &mut server => Some(res),
+    };
+    tracing::info!("shutting down");
+    stop.send_replace(true);
+    let stopped = async {
+        for c in &components {
+            let mut stopped = c.stopped.clone();
+            let _ = stopped.wait_for(|s| *s).await;
+            tracing::debug!(component = c.name, "stopped");
+        }
+    };
+    tokio::select! {
+        _ = stopped => {}
+        Some(()) = signals.next() => {
+            tracing::warn!("second signal: stopping at once");
+            return Ok(());
+        }
+    }
+    // Nothing acts on this replica's leadership any more.
+    leadership.release().await;
+    server_stop_tx.send_replace(true);
+    let served = match server_ended {
+        Some(res) => res,
+        None => match tokio::time::timeout(Duration::from_secs(5), server).await {
+            Ok(res) => res,
+            Err(_) => return Ok(()),
+        },
+    };
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e).context("serving probes"),
+        Err(e) => Err(e).context("the probe server failed"),
+    }
+}

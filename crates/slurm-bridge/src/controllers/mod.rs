@@ -1,0 +1,240 @@
+//! The controllers: what happens after binding. The pod controller ([`pod`]) keeps pods and
+//! their Slurm jobs alive and dead together; the node controller ([`node`]) keeps Kubernetes
+//! nodes registered in Slurm as external nodes.
+//!
+//! They run on the shared caches ([`crate::caches`]) and only while this replica leads (a Lease,
+//! [`crate::leader`]): started when leadership is gained, dropped the moment it is lost. On
+//! shutdown readiness goes false and the passes in flight may finish within
+//! [`ControllersOptions::shutdown_grace`].
+
+pub mod metrics;
+pub mod node;
+pub mod pod;
+
+use crate::caches::{CacheOptions, Caches};
+use crate::config::Config;
+use crate::scheduler::context::Slurm;
+use crate::scheduler::metrics::{Instrumented, Metrics};
+use crate::slurm::node_control::NodeControl;
+use futures::StreamExt;
+use metrics::ControllerMetrics;
+use prometheus_client::registry::Registry;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How the controllers run.
+#[derive(Clone, Debug)]
+pub struct ControllersOptions {
+    pub config: Config,
+    /// Pods reconciled at once.
+    pub pod_workers: u16,
+    /// Nodes reconciled at once.
+    pub node_workers: u16,
+    /// How long a node may be gone or NotReady before its pods are released.
+    pub lost_node_grace: Duration,
+    /// Interval of the safety-net pass over every cached object.
+    pub resync: Duration,
+    /// On shutdown, how long in-flight passes may finish before they are aborted.
+    pub shutdown_grace: Duration,
+    /// Interval of the Slurm job watcher's poll (when the controllers run their own caches).
+    pub job_poll_interval: Duration,
+    /// Interval of the Slurm node listing (when the controllers run their own caches).
+    pub node_poll_interval: Duration,
+}
+
+impl ControllersOptions {
+    pub fn new(config: Config) -> Self {
+        ControllersOptions {
+            config,
+            pod_workers: 16,
+            node_workers: 4,
+            lost_node_grace: Duration::from_secs(300),
+            resync: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(10),
+            job_poll_interval: Duration::from_secs(1),
+            node_poll_interval: Duration::from_secs(10),
+        }
+    }
+
+    /// What the controllers need of the shared caches.
+    pub fn cache_options(&self) -> CacheOptions {
+        CacheOptions {
+            scheduler_name: self.config.scheduler_name.clone(),
+            job_poll_interval: self.job_poll_interval,
+            node_poll_interval: self.node_poll_interval,
+        }
+    }
+}
+
+/// Running controllers' observable state, for probes, metrics and tests.
+#[derive(Clone)]
+pub struct ControllersHandle {
+    /// True once the caches are synced; false again as soon as shutdown starts.
+    pub ready: watch::Receiver<bool>,
+    /// True while the controllers run (this replica leads).
+    pub leading: watch::Receiver<bool>,
+    /// True once everything has stopped after shutdown.
+    pub stopped: watch::Receiver<bool>,
+    pub metrics: Arc<ControllerMetrics>,
+}
+
+/// Runs the controllers with caches of their own until `shutdown` completes.
+pub async fn run<S: Slurm + NodeControl>(
+    client: kube::Client,
+    slurm: S,
+    opts: ControllersOptions,
+    registry: &mut Registry,
+    leader: watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> ControllersHandle {
+    let slurm = Arc::new(Instrumented {
+        inner: slurm,
+        metrics: Metrics::new(registry),
+    });
+    let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
+    let mut handle = run_with(client, caches, opts, registry, leader, shutdown);
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let mut inner = std::mem::replace(&mut handle.stopped, stopped_rx);
+    tokio::spawn(async move {
+        let _ = inner.wait_for(|s| *s).await;
+        tasks.stop().await;
+        stopped_tx.send_replace(true);
+    });
+    handle
+}
+
+/// Runs the controllers on shared `caches` until `shutdown` completes; they act only while
+/// `leader` reads true.
+pub fn run_with<S: Slurm + NodeControl>(
+    client: kube::Client,
+    caches: Arc<Caches<S>>,
+    opts: ControllersOptions,
+    registry: &mut Registry,
+    mut leader: watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> ControllersHandle {
+    let metrics = ControllerMetrics::new(registry);
+    let pod_ctx = pod::PodCtx::new(
+        caches.clone(),
+        client.clone(),
+        pod::PodControllerOptions {
+            scheduler_name: opts.config.scheduler_name.clone(),
+            workers: opts.pod_workers,
+            lost_node_grace: opts.lost_node_grace,
+            resync: opts.resync,
+        },
+        metrics.clone(),
+    );
+    let node_metrics =
+        node::metrics::NodeMetrics::with_reconcile(registry, metrics.reconcile.clone());
+    let node_opts = node::NodeControllerOptions {
+        scheduler_name: opts.config.scheduler_name.clone(),
+        workers: opts.node_workers,
+        resync: opts.resync,
+    };
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(false);
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let grace = opts.shutdown_grace;
+    tokio::spawn(async move {
+        let mut shutdown: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(shutdown);
+        let synced = tokio::select! {
+            _ = caches.wait_synced() => true,
+            _ = &mut shutdown => false,
+        };
+        if synced {
+            tracing::info!("controller caches synced");
+            ready_tx.send_replace(true);
+            loop {
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    _ = until_leadership(&mut leader, true) => {}
+                }
+                tracing::info!("leading: running the controllers");
+                leading_tx.send_replace(true);
+                let (stop_tx, stop_rx) = watch::channel(false);
+                let node_changes = node_refs(caches.node_changes());
+                let nodes = node::run(
+                    client.clone(),
+                    caches.slurm.clone(),
+                    caches.slurm_nodes.clone(),
+                    caches.nodes.clone(),
+                    node_changes,
+                    node_opts.clone(),
+                    node_metrics.clone(),
+                    until_true(stop_rx.clone()),
+                );
+                let pods = pod::run(pod_ctx.clone(), until_true(stop_rx));
+                let mut term = Box::pin(futures::future::join(pods, nodes));
+                let shutting_down = tokio::select! {
+                    _ = &mut term => {
+                        tracing::warn!("the controllers stopped; starting them again");
+                        false
+                    }
+                    _ = until_leadership(&mut leader, false) => {
+                        tracing::warn!("leadership lost: aborting the controllers' passes in flight");
+                        false
+                    }
+                    _ = &mut shutdown => true,
+                };
+                if shutting_down {
+                    ready_tx.send_replace(false);
+                    let _ = stop_tx.send(true);
+                    if tokio::time::timeout(grace, &mut term).await.is_err() {
+                        tracing::warn!(
+                            ?grace,
+                            "shutdown grace over: aborting the controllers' passes"
+                        );
+                    }
+                }
+                drop(term);
+                leading_tx.send_replace(false);
+                if shutting_down {
+                    break;
+                }
+            }
+        }
+        ready_tx.send_replace(false);
+        tracing::info!("controllers stopped");
+        stopped_tx.send_replace(true);
+    });
+    ControllersHandle {
+        ready: ready_rx,
+        leading: leading_rx,
+        stopped: stopped_rx,
+        metrics,
+    }
+}
+
+/// The nodes that changed or went, as the node controller takes them.
+fn node_refs(
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<
+        crate::caches::Change<k8s_openapi::api::core::v1::Node>,
+    >,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::Node>>
++ Send
++ 'static {
+    futures::stream::poll_fn(move |cx| changes.poll_recv(cx)).filter_map(|change| {
+        futures::future::ready(match change {
+            crate::caches::Change::Applied(n) | crate::caches::Change::Deleted(n) => {
+                Some(kube::runtime::reflector::ObjectRef::from_obj(&*n))
+            }
+            crate::caches::Change::Relisted => None,
+        })
+    })
+}
+
+/// Waits until `leader` reads `want`; never returns if it cannot change any more.
+async fn until_leadership(leader: &mut watch::Receiver<bool>, want: bool) {
+    if leader.wait_for(|l| *l == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves once `rx` reads true (or its sender is gone).
+async fn until_true(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}

@@ -1,0 +1,282 @@
+//! Slurm node state predicates and the one decision a pass makes about a Slurm node's state:
+//! drain, undrain, delete, or leave it.
+//!
+//! The reference drained a node for removal in one step and undrained it for a schedulable
+//! Kubernetes node in the next step of the same pass (quirk 6), so a busy node being removed
+//! flip-flopped and was only removed if idle at the moment of the check. Here both wishes go
+//! into [`decide`], which drains while a removal or re-creation is pending and resumes only when
+//! neither it nor a cordon asks for the drain: every pass computes the same answer from the same
+//! state, so a drain made for removal is never undone while the removal stands.
+
+use slurm_rest::models::{Node as SlurmNode, NodeState};
+
+/// Every drain reason the bridge writes starts with this; drains without it are an admin's.
+pub const REASON_MARK: &str = "slurm-bridge:";
+
+/// Slurm reports the node as external (created by the REST API, no slurmd).
+pub fn is_external(n: &SlurmNode) -> bool {
+    n.has_state(&NodeState::External)
+}
+
+/// DRAIN is set (and not being lifted).
+pub fn is_drain(n: &SlurmNode) -> bool {
+    n.has_state(&NodeState::Drain) && !n.has_state(&NodeState::Undrain)
+}
+
+/// Jobs still hold (part of) the node.
+pub fn is_busy(n: &SlurmNode) -> bool {
+    n.has_state(&NodeState::Allocated)
+        || n.has_state(&NodeState::Mixed)
+        || n.has_state(&NodeState::Completing)
+}
+
+/// Drained and idle: no job runs on it and none will start.
+pub fn is_drained(n: &SlurmNode) -> bool {
+    is_drain(n) && !is_busy(n)
+}
+
+/// The reason was written by the bridge (this one or the Go original, whose reasons read
+/// `slurm-bridge: slurm-bridge: ...`).
+pub fn reason_is_ours(reason: Option<&str>) -> bool {
+    reason.is_some_and(|r| r.contains(REASON_MARK))
+}
+
+/// Drained by an admin (or anything but the bridge): never undone by the bridge.
+pub fn drained_by_admin(n: &SlurmNode) -> bool {
+    is_drain(n) && !reason_is_ours(n.reason.as_deref())
+}
+
+/// Why the Slurm node is to go away.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// The external-node label was removed from the Kubernetes node.
+    LabelRemoved,
+    /// CPUs, memory or GRES changed: drained, deleted once idle, then registered again.
+    Recreate(Vec<String>),
+}
+
+/// The drain reason of a removal.
+pub fn removal_reason(slurm_name: &str, removal: &Removal) -> String {
+    match removal {
+        Removal::LabelRemoved => format!("{REASON_MARK} removing external node {slurm_name}"),
+        Removal::Recreate(why) => format!(
+            "{REASON_MARK} re-creating external node {slurm_name} ({})",
+            why.join(", ")
+        ),
+    }
+}
+
+/// The drain reason of a cordon (the reference's text, with the mark once).
+pub fn cordon_reason(kube_name: &str) -> String {
+    format!("{REASON_MARK} Corresponding Kubernetes node ({kube_name}) is unschedulable")
+}
+
+/// What a pass does to the Slurm node's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateAction {
+    /// Nothing to change.
+    Nothing,
+    /// Set DRAIN with this reason.
+    Drain(String),
+    /// Lift the bridge's own DRAIN.
+    Undrain,
+    /// Drained and idle, to be removed: delete it (and register it again for a re-creation).
+    Delete,
+    /// A removal waits for the jobs on the node to end (the listing reports when).
+    WaitIdle,
+    /// A re-creation waits for an admin's drain to be lifted: re-creating would drop it.
+    WaitAdmin,
+}
+
+/// The state decision for a Slurm node: `unschedulable` is the Kubernetes node's cordon,
+/// `removal` a pending removal or re-creation.
+pub fn decide(
+    kube_name: &str,
+    unschedulable: bool,
+    removal: Option<&Removal>,
+    slurm: &SlurmNode,
+) -> StateAction {
+    match removal {
+        Some(Removal::Recreate(_)) if drained_by_admin(slurm) => StateAction::WaitAdmin,
+        Some(r) if !is_drain(slurm) => StateAction::Drain(removal_reason(&slurm.name, r)),
+        Some(_) if is_busy(slurm) => StateAction::WaitIdle,
+        Some(_) => StateAction::Delete,
+        None if unschedulable && !is_drain(slurm) => StateAction::Drain(cordon_reason(kube_name)),
+        None if !unschedulable && is_drain(slurm) && reason_is_ours(slurm.reason.as_deref()) => {
+            StateAction::Undrain
+        }
+        None => StateAction::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NodeState::*;
+
+    fn node(states: &[NodeState], reason: Option<&str>) -> SlurmNode {
+        SlurmNode {
+            name: "s1".into(),
+            state: states.to_vec(),
+            reason: reason.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn predicates() {
+        // (states, drain, busy, drained)
+        let cases: &[(&[NodeState], bool, bool, bool)] = &[
+            (&[Idle, External], false, false, false),
+            (&[Idle, Drain], true, false, true),
+            (&[Allocated, Drain], true, true, false),
+            (&[Mixed, Drain], true, true, false),
+            (&[Idle, Completing, Drain], true, true, false),
+            (&[Idle, Drain, Undrain], false, false, false),
+            (&[Down, Drain], true, false, true),
+            (&[Allocated], false, true, false),
+        ];
+        for (states, drain, busy, drained) in cases {
+            let n = node(states, None);
+            assert_eq!(
+                (is_drain(&n), is_busy(&n), is_drained(&n)),
+                (*drain, *busy, *drained),
+                "{states:?}"
+            );
+        }
+        assert!(is_external(&node(&[Idle, External], None)));
+        assert!(!is_external(&node(&[Idle], None)));
+        assert!(reason_is_ours(Some("slurm-bridge: x")));
+        assert!(reason_is_ours(Some("slurm-bridge: slurm-bridge: x")));
+        assert!(!reason_is_ours(Some("maintenance")));
+        assert!(!reason_is_ours(None));
+    }
+
+    /// (cordoned, removal, states, reason, want)
+    type Case<'a> = (
+        bool,
+        Option<&'a Removal>,
+        &'a [NodeState],
+        Option<&'a str>,
+        StateAction,
+    );
+
+    #[test]
+    fn decide_table() {
+        let recreate = Removal::Recreate(vec!["CPUs 4 -> 8".into()]);
+        let gone = Removal::LabelRemoved;
+        let ours = Some("slurm-bridge: whatever");
+        let admin = Some("maintenance");
+        let cordon = StateAction::Drain(cordon_reason("k1"));
+        let remove = StateAction::Drain(removal_reason("s1", &gone));
+        let re = StateAction::Drain(removal_reason("s1", &recreate));
+        let removal_drain = removal_reason("s1", &gone);
+        // (cordoned, removal, states, reason, want)
+        let cases: Vec<Case> = vec![
+            // Cordon and uncordon.
+            (false, None, &[Idle, External], None, StateAction::Nothing),
+            (true, None, &[Idle, External], None, cordon.clone()),
+            (true, None, &[Idle, Drain], ours, StateAction::Nothing),
+            (true, None, &[Idle, Drain], admin, StateAction::Nothing),
+            (false, None, &[Idle, Drain], ours, StateAction::Undrain),
+            // Never undo an admin's drain, nor a drain without a reason.
+            (false, None, &[Idle, Drain], admin, StateAction::Nothing),
+            (false, None, &[Idle, Drain], None, StateAction::Nothing),
+            (false, None, &[Down], admin, StateAction::Nothing),
+            // Label removed: drain, wait for idle, delete; schedulable or not (quirk 6: a
+            // schedulable node's drain is not undone while the removal stands).
+            (
+                false,
+                Some(&gone),
+                &[Allocated, External],
+                None,
+                remove.clone(),
+            ),
+            (
+                false,
+                Some(&gone),
+                &[Allocated, Drain],
+                ours,
+                StateAction::WaitIdle,
+            ),
+            (
+                true,
+                Some(&gone),
+                &[Mixed, Drain],
+                ours,
+                StateAction::WaitIdle,
+            ),
+            (
+                false,
+                Some(&gone),
+                &[Idle, Drain],
+                ours,
+                StateAction::Delete,
+            ),
+            // An admin's drain is enough for a removal; a DOWN node is drained first.
+            (
+                false,
+                Some(&gone),
+                &[Idle, Drain],
+                admin,
+                StateAction::Delete,
+            ),
+            (false, Some(&gone), &[Down], admin, remove.clone()),
+            // Re-creation: the same, but an admin's drain is kept until lifted.
+            (false, Some(&recreate), &[Idle, External], None, re.clone()),
+            (
+                false,
+                Some(&recreate),
+                &[Allocated, Drain],
+                ours,
+                StateAction::WaitIdle,
+            ),
+            (
+                false,
+                Some(&recreate),
+                &[Idle, Drain],
+                ours,
+                StateAction::Delete,
+            ),
+            (
+                false,
+                Some(&recreate),
+                &[Idle, Drain],
+                admin,
+                StateAction::WaitAdmin,
+            ),
+            // A removal drain is ours: once the removal is off, uncordoned, it is lifted.
+            (
+                false,
+                None,
+                &[Idle, Drain],
+                Some(removal_drain.as_str()),
+                StateAction::Undrain,
+            ),
+        ];
+        for (cordoned, removal, states, reason, want) in cases {
+            let n = node(states, reason);
+            assert_eq!(
+                decide("k1", cordoned, removal, &n),
+                want,
+                "cordoned={cordoned} removal={removal:?} {states:?} {reason:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_carry_the_mark_once() {
+        for r in [
+            cordon_reason("k1"),
+            removal_reason("s1", &Removal::LabelRemoved),
+            removal_reason("s1", &Removal::Recreate(vec!["a".into(), "b".into()])),
+        ] {
+            assert!(r.starts_with(REASON_MARK), "{r}");
+            assert_eq!(r.matches(REASON_MARK).count(), 1, "{r}");
+        }
+        assert_eq!(
+            removal_reason("s1", &Removal::Recreate(vec!["a".into(), "b".into()])),
+            "slurm-bridge: re-creating external node s1 (a, b)"
+        );
+    }
+}

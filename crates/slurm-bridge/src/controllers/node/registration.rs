@@ -1,0 +1,504 @@
+//! What Slurm node a labelled Kubernetes node should be (reference §6.2 `AddNode`): its
+//! `node_conf` for creation, the feature and topology updates of an existing node, and whether a
+//! changed node must be re-created. Pure: no I/O.
+//!
+//! Differences from the reference, on purpose:
+//! - CPUs, memory and GRES come from the node's capacity both when registering and when
+//!   deciding on re-creation, so the two always agree (quirk 7: the reference registered DRA CPU
+//!   counts and compared capacity counts, re-creating such nodes forever).
+//! - `NodeAddr=` is the node's InternalIP when it has one: slurmctld otherwise resolves the node
+//!   name through DNS, and stalls on names that do not resolve.
+//! - A Slurm name or topology string that would break the `node_conf` line is refused with a
+//!   message instead of sent.
+
+use crate::resources::quantity::{Quantity, QuantityError};
+use crate::scheduler::feasibility::slurm_node_name;
+use crate::wellknown::{
+    ANNOTATION_EXTERNAL_NODE_PARTITIONS, ANNOTATION_TOPOLOGY_SPEC, DEVICE_PLUGIN_GPUS,
+};
+use k8s_openapi::api::core::v1::Node;
+use slurm_rest::models::{Node as SlurmNode, UpdateNodeMsg};
+use std::collections::BTreeSet;
+
+const MIB: i128 = 1024 * 1024;
+
+/// The Slurm node a Kubernetes node should be registered as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// Slurm NodeName.
+    pub slurm_name: String,
+    /// `ceil(capacity.cpu)`.
+    pub cpus: u32,
+    /// `capacity.memory` in MiB, rounded down.
+    pub memory_mib: u64,
+    /// GRES, e.g. `gpu:nvidia.com:4`; empty for none.
+    pub gres: String,
+    /// GRES configuration with one `file=` per device (Slurm needs them to hand out indexes).
+    pub gres_conf: String,
+    /// Partitions from the partitions annotation, in order, without duplicates: the node's
+    /// `Feature=` list. Empty when the annotation is absent or blank.
+    pub partitions: Vec<String>,
+    /// The topology annotation; empty for none.
+    pub topology: String,
+    /// `NodeAddr=`: the node's InternalIP, if any.
+    pub address: Option<String>,
+}
+
+/// Why a node cannot be registered as asked (shown to users in a Warning Event).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DesiredError {
+    #[error("node has no {0} capacity")]
+    MissingCapacity(&'static str),
+    #[error("capacity {resource}: {source}")]
+    Quantity {
+        resource: String,
+        source: QuantityError,
+    },
+    #[error("capacity {resource} is {value}, which is not a whole number of at least {min}")]
+    OutOfRange {
+        resource: String,
+        value: String,
+        min: u32,
+    },
+    #[error(
+        "node has both nvidia.com/gpu and amd.com/gpu capacity; an external node takes one GPU \
+         type only"
+    )]
+    MixedGpus,
+    #[error(
+        "Slurm node name {0:?} (label slinky.slurm.net/slurm-nodename or the node name) must be \
+         non-empty, without spaces, quotes, '=' or ','"
+    )]
+    SlurmName(String),
+    #[error(
+        "annotation topology.slinky.slurm.net/spec is {0:?}; it must not contain spaces or quotes \
+         (e.g. topo-switch:s2,topo-block:b2)"
+    )]
+    Topology(String),
+}
+
+/// The partitions annotation: comma-separated, items trimmed, empty items and repeats dropped.
+pub fn partitions(node: &Node) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_EXTERNAL_NODE_PARTITIONS))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty() && seen.insert(p.to_string()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The wanted partitions that are not among `existing`.
+pub fn missing_partitions(wanted: &[String], existing: &[String]) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|p| !existing.contains(p))
+        .cloned()
+        .collect()
+}
+
+fn capacity(node: &Node, resource: &str) -> Result<Option<Quantity>, DesiredError> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get(resource))
+        .map(|q| {
+            Quantity::from_k8s(q).map_err(|source| DesiredError::Quantity {
+                resource: resource.to_string(),
+                source,
+            })
+        })
+        .transpose()
+}
+
+fn out_of_range(resource: &str, q: Quantity, min: u32) -> DesiredError {
+    DesiredError::OutOfRange {
+        resource: resource.to_string(),
+        value: q.to_string(),
+        min,
+    }
+}
+
+/// GRES and GRES configuration from device-plugin GPU capacity (`nvidia.com/gpu`,
+/// `amd.com/gpu`): `gpu:<vendor>:<n>` and `count=<n>,name=gpu,type=<vendor>,file=gpu-0,...`.
+/// The type is the resource's vendor domain (a pod's `gres/gpu=N` matches any type).
+pub fn gpu_gres(node: &Node) -> Result<(String, String), DesiredError> {
+    let mut found = Vec::new();
+    for resource in DEVICE_PLUGIN_GPUS {
+        let Some(q) = capacity(node, resource)? else {
+            continue;
+        };
+        let count = q
+            .as_integer()
+            .filter(|n| (0..=i128::from(u16::MAX)).contains(n))
+            .ok_or_else(|| out_of_range(resource, q, 0))?;
+        if count > 0 {
+            let vendor = resource.split('/').next().unwrap_or(resource);
+            found.push((vendor, count));
+        }
+    }
+    match found.as_slice() {
+        [] => Ok((String::new(), String::new())),
+        [(vendor, count)] => {
+            let files: Vec<String> = (0..*count).map(|i| format!("file=gpu-{i}")).collect();
+            Ok((
+                format!("gpu:{vendor}:{count}"),
+                format!("count={count},name=gpu,type={vendor},{}", files.join(",")),
+            ))
+        }
+        _ => Err(DesiredError::MixedGpus),
+    }
+}
+
+fn internal_ip(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .filter(|a| !a.is_empty() && a.parse::<std::net::IpAddr>().is_ok())
+}
+
+fn conf_safe(s: &str) -> bool {
+    !s.chars()
+        .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '=' | ','))
+}
+
+/// The Slurm node `node` should be.
+pub fn desired(node: &Node) -> Result<Desired, DesiredError> {
+    let slurm_name = slurm_node_name(node);
+    if slurm_name.is_empty() || !conf_safe(&slurm_name) {
+        return Err(DesiredError::SlurmName(slurm_name));
+    }
+    let cpu = capacity(node, "cpu")?.ok_or(DesiredError::MissingCapacity("cpu"))?;
+    let cpus = u32::try_from(cpu.ceil_units())
+        .ok()
+        .filter(|c| *c >= 1)
+        .ok_or_else(|| out_of_range("cpu", cpu, 1))?;
+    let memory = capacity(node, "memory")?.ok_or(DesiredError::MissingCapacity("memory"))?;
+    let memory_mib = u64::try_from(memory.ceil_units() / MIB)
+        .ok()
+        .filter(|m| *m >= 1)
+        .ok_or_else(|| out_of_range("memory", memory, 1))?;
+    let (gres, gres_conf) = gpu_gres(node)?;
+    let topology = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_TOPOLOGY_SPEC))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    if topology
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '"' | '\''))
+    {
+        return Err(DesiredError::Topology(topology));
+    }
+    Ok(Desired {
+        slurm_name,
+        cpus,
+        memory_mib,
+        gres,
+        gres_conf,
+        partitions: partitions(node),
+        topology,
+        address: internal_ip(node),
+    })
+}
+
+/// The slurm.conf node line of POST /new/node/, e.g.
+/// `NodeName=n1 NodeAddr=10.0.0.1 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 CPUs=4
+/// RealMemory=8192 State=External Feature=a,b Topology=topo-switch:s1 Gres="" GresConf=""`.
+pub fn node_conf(d: &Desired) -> String {
+    let mut conf = format!("NodeName={}", d.slurm_name);
+    if let Some(addr) = &d.address {
+        conf.push_str(&format!(" NodeAddr={addr}"));
+    }
+    conf.push_str(&format!(
+        " Sockets=1 CoresPerSocket={cpus} ThreadsPerCore=1 CPUs={cpus} RealMemory={mem} State=External",
+        cpus = d.cpus,
+        mem = d.memory_mib
+    ));
+    if !d.partitions.is_empty() {
+        conf.push_str(&format!(" Feature={}", d.partitions.join(",")));
+    }
+    if !d.topology.is_empty() {
+        conf.push_str(&format!(" Topology={}", d.topology));
+    }
+    conf.push_str(&format!(
+        " Gres=\"{}\" GresConf=\"{}\"",
+        d.gres, d.gres_conf
+    ));
+    conf
+}
+
+/// GRES as Slurm reports it, comparable with [`Desired::gres`]: entries sorted, socket
+/// affinity (`(S:0-1)`) and `(null)` dropped.
+pub fn normalize_gres(gres: Option<&str>) -> String {
+    let mut entries: Vec<String> = gres
+        .unwrap_or_default()
+        .split(',')
+        .map(|e| match e.find('(') {
+            Some(i) => e[..i].trim(),
+            None => e.trim(),
+        })
+        .filter(|e| !e.is_empty() && *e != "null")
+        .map(str::to_string)
+        .collect();
+    entries.sort();
+    entries.join(",")
+}
+
+/// Why the Slurm node must be re-created to match (empty: it matches): CPUs, memory, GRES, or
+/// the partitions (features) differ. Features count because Slurm evaluates a partition's
+/// `Nodeset Feature=` only when a node is created (or on `scontrol reconfigure`): an updated
+/// feature list leaves the node outside its new partitions (tried on Slurm 26.05). Features are
+/// compared only while the annotation names partitions; they are never cleared when it goes, as
+/// in the reference. Only external nodes are ever re-created; the caller checks that.
+pub fn recreate_reasons(d: &Desired, slurm: &SlurmNode) -> Vec<String> {
+    let mut why = Vec::new();
+    let cpus = slurm.cpus.unwrap_or_default();
+    if i64::from(cpus) != i64::from(d.cpus) {
+        why.push(format!("CPUs {cpus} -> {}", d.cpus));
+    }
+    let mem = slurm.real_memory.unwrap_or_default();
+    if u64::try_from(mem).ok() != Some(d.memory_mib) {
+        why.push(format!("memory {mem} -> {} MiB", d.memory_mib));
+    }
+    let gres = normalize_gres(slurm.gres.as_deref());
+    if gres != normalize_gres(Some(&d.gres)) {
+        why.push(format!("GRES {gres:?} -> {:?}", d.gres));
+    }
+    if !d.partitions.is_empty() && !same_set(&slurm.features, &d.partitions) {
+        why.push(format!(
+            "features {:?} -> {:?}",
+            slurm.features, d.partitions
+        ));
+    }
+    why
+}
+
+fn same_set(a: &[String], b: &[String]) -> bool {
+    a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
+}
+
+/// The topology update of an existing node: the annotation, or `""` (clears) without it.
+pub fn topology_update(d: &Desired, slurm: &SlurmNode) -> Option<UpdateNodeMsg> {
+    if slurm.topology.as_deref().unwrap_or_default() == d.topology {
+        return None;
+    }
+    Some(UpdateNodeMsg {
+        topology_str: Some(d.topology.clone()),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wellknown::{LABEL_EXTERNAL_NODE, LABEL_SLURM_NODENAME};
+    use serde_json::json;
+
+    fn node(
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        capacity: serde_json::Value,
+    ) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "worker-1", "labels": labels, "annotations": annotations},
+            "status": {
+                "capacity": capacity,
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}, {"type": "Hostname", "address": "worker-1"}],
+            },
+        }))
+        .expect("node")
+    }
+
+    fn std_cap() -> serde_json::Value {
+        json!({"cpu": "4", "memory": "8Gi", "pods": "110"})
+    }
+
+    #[test]
+    fn node_conf_table() {
+        let ext = json!({LABEL_EXTERNAL_NODE: ""});
+        let cases: Vec<(Node, &str)> = vec![
+            (
+                node(ext.clone(), json!({}), std_cap()),
+                "NodeName=worker-1 NodeAddr=10.0.0.7 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 CPUs=4 RealMemory=8192 State=External Gres=\"\" GresConf=\"\"",
+            ),
+            (
+                node(
+                    ext.clone(),
+                    json!({ANNOTATION_EXTERNAL_NODE_PARTITIONS: " slurm-bridge, gpu,,slurm-bridge ", ANNOTATION_TOPOLOGY_SPEC: "topo-switch:s1"}),
+                    std_cap(),
+                ),
+                "NodeName=worker-1 NodeAddr=10.0.0.7 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 CPUs=4 RealMemory=8192 State=External Feature=slurm-bridge,gpu Topology=topo-switch:s1 Gres=\"\" GresConf=\"\"",
+            ),
+            (
+                node(
+                    json!({LABEL_EXTERNAL_NODE: "false", LABEL_SLURM_NODENAME: "slurm-7"}),
+                    json!({}),
+                    json!({"cpu": "3500m", "memory": "16000Mi", "nvidia.com/gpu": "2"}),
+                ),
+                "NodeName=slurm-7 NodeAddr=10.0.0.7 Sockets=1 CoresPerSocket=4 ThreadsPerCore=1 CPUs=4 RealMemory=16000 State=External Gres=\"gpu:nvidia.com:2\" GresConf=\"count=2,name=gpu,type=nvidia.com,file=gpu-0,file=gpu-1\"",
+            ),
+            (
+                node(
+                    ext.clone(),
+                    json!({}),
+                    json!({"cpu": "1", "memory": "1500Mi", "amd.com/gpu": "1", "nvidia.com/gpu": "0"}),
+                ),
+                "NodeName=worker-1 NodeAddr=10.0.0.7 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 CPUs=1 RealMemory=1500 State=External Gres=\"gpu:amd.com:1\" GresConf=\"count=1,name=gpu,type=amd.com,file=gpu-0\"",
+            ),
+        ];
+        for (n, want) in cases {
+            assert_eq!(node_conf(&desired(&n).expect("desired")), want);
+        }
+    }
+
+    #[test]
+    fn refused_nodes_say_why() {
+        let cases: Vec<(Node, DesiredError)> = vec![
+            (
+                node(json!({}), json!({}), json!({"memory": "1Gi"})),
+                DesiredError::MissingCapacity("cpu"),
+            ),
+            (
+                node(json!({}), json!({}), json!({"cpu": "2"})),
+                DesiredError::MissingCapacity("memory"),
+            ),
+            (
+                node(
+                    json!({}),
+                    json!({}),
+                    json!({"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1", "amd.com/gpu": "1"}),
+                ),
+                DesiredError::MixedGpus,
+            ),
+            (
+                node(json!({LABEL_SLURM_NODENAME: ""}), json!({}), std_cap()),
+                DesiredError::SlurmName(String::new()),
+            ),
+            (
+                node(json!({LABEL_SLURM_NODENAME: "a b"}), json!({}), std_cap()),
+                DesiredError::SlurmName("a b".into()),
+            ),
+            (
+                node(
+                    json!({}),
+                    json!({ANNOTATION_TOPOLOGY_SPEC: "a b"}),
+                    std_cap(),
+                ),
+                DesiredError::Topology("a b".into()),
+            ),
+            (
+                node(json!({}), json!({}), json!({"cpu": "2", "memory": "100Ki"})),
+                DesiredError::OutOfRange {
+                    resource: "memory".into(),
+                    value: "102400".into(),
+                    min: 1,
+                },
+            ),
+        ];
+        for (n, want) in cases {
+            assert_eq!(desired(&n), Err(want));
+        }
+    }
+
+    fn slurm(cpus: i32, mem: i64, gres: &str) -> SlurmNode {
+        SlurmNode {
+            name: "worker-1".into(),
+            cpus: Some(cpus),
+            real_memory: Some(mem),
+            gres: Some(gres.into()),
+            features: vec!["b".into(), "a".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn needs_recreate_table() {
+        let d = desired(&node(
+            json!({}),
+            json!({}),
+            json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}),
+        ))
+        .unwrap();
+        let cases: Vec<(SlurmNode, usize)> = vec![
+            (slurm(4, 8192, "gpu:nvidia.com:2"), 0),
+            (slurm(4, 8192, "gpu:nvidia.com:2(S:0-1)"), 0),
+            (slurm(8, 8192, "gpu:nvidia.com:2"), 1),
+            (slurm(4, 4096, "gpu:nvidia.com:2"), 1),
+            (slurm(4, 8192, ""), 1),
+            (slurm(4, 8192, "gpu:nvidia.com:4"), 1),
+            (slurm(2, 1, "gpu:x:1"), 3),
+        ];
+        for (s, n) in cases {
+            assert_eq!(recreate_reasons(&d, &s).len(), n, "{s:?}");
+        }
+        // Slurm has GRES, the node none (either spelling of "none" on Slurm's side matches).
+        let plain = desired(&node(json!({}), json!({}), std_cap())).unwrap();
+        assert_eq!(
+            recreate_reasons(&plain, &slurm(4, 8192, "gpu:x:1")).len(),
+            1
+        );
+        assert!(recreate_reasons(&plain, &slurm(4, 8192, "")).is_empty());
+        assert!(recreate_reasons(&plain, &slurm(4, 8192, "(null)")).is_empty());
+    }
+
+    #[test]
+    fn features_and_topology_updates() {
+        let with = |ann: serde_json::Value| desired(&node(json!({}), ann, std_cap())).unwrap();
+        let s = slurm(4, 8192, "");
+        // No annotation: features left alone.
+        assert!(recreate_reasons(&with(json!({})), &s).is_empty());
+        // Same set in another order: nothing.
+        assert!(
+            recreate_reasons(
+                &with(json!({ANNOTATION_EXTERNAL_NODE_PARTITIONS: "b,a"})),
+                &s
+            )
+            .is_empty(),
+            "{s:?}"
+        );
+        // Another partition: re-created (Slurm places a node in a node set only at creation).
+        let why = recreate_reasons(
+            &with(json!({ANNOTATION_EXTERNAL_NODE_PARTITIONS: "a,c"})),
+            &s,
+        );
+        assert_eq!(why.len(), 1);
+        assert!(why[0].contains("features"), "{why:?}");
+
+        assert_eq!(topology_update(&with(json!({})), &s), None);
+        let u = topology_update(
+            &with(json!({ANNOTATION_TOPOLOGY_SPEC: "topo-switch:s2"})),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(u.topology_str.as_deref(), Some("topo-switch:s2"));
+        let mut s1 = s.clone();
+        s1.topology = Some("topo-switch:s1".into());
+        // Annotation removed: cleared.
+        assert_eq!(
+            topology_update(&with(json!({})), &s1)
+                .unwrap()
+                .topology_str
+                .as_deref(),
+            Some("")
+        );
+    }
+
+    #[test]
+    fn missing_partitions_are_named() {
+        let wanted = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let existing = vec!["b".to_string(), "debug".to_string()];
+        assert_eq!(missing_partitions(&wanted, &existing), ["a", "c"]);
+        assert!(missing_partitions(&[], &existing).is_empty());
+    }
+}

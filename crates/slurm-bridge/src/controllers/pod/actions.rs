@@ -1,0 +1,154 @@
+//! The pod controller's writes: remove a pod as preemption does, cancel a job, release a
+//! finalizer.
+
+use super::decide::{Cause, JobView};
+use super::{PodCtx, PodError};
+use crate::scheduler::context::Slurm;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+/// The condition type kube-scheduler's preemption and the eviction API set before a delete.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// `pods/status` patch kind, as counted in the write metrics.
+const WRITE_DISRUPTION: &str = "disruption";
+/// Pod deletion, as counted in the write metrics.
+const WRITE_DELETE: &str = "delete";
+
+/// True when the pod carries a `DisruptionTarget=True` condition.
+pub fn is_disrupted(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
+        })
+}
+
+/// What the pod is told: the Slurm job, its state and Slurm's reason.
+pub fn message(job: &JobView, cause: Cause) -> String {
+    match job {
+        JobView::NoLabel => format!(
+            "the pod is bound but has no {} label: no Slurm job holds its node",
+            crate::wellknown::LABEL_SLURM_JOBID
+        ),
+        JobView::Unknown(id) => format!("Slurm does not know job {id}, which held the pod's node"),
+        JobView::Known(j) if cause == Cause::NodeLost => format!(
+            "the pod's node is gone or NotReady beyond the grace period; Slurm job {} is released",
+            j.job_id
+        ),
+        JobView::Known(j) => {
+            let state: Vec<&str> = j.state.iter().map(|s| s.as_str()).collect();
+            format!(
+                "Slurm job {} is {} (reason: {}): the pod may not keep its node",
+                j.job_id,
+                state.join(","),
+                j.state_reason.as_deref().unwrap_or("None")
+            )
+        }
+    }
+}
+
+/// Removes a pod whose job does not run, as kube-scheduler's preemption does: the
+/// `DisruptionTarget` condition naming the cause, an Event with Slurm's view, then a delete with
+/// the pod's own grace period.
+pub async fn remove<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+    job: &JobView<'_>,
+    cause: Cause,
+) -> Result<(), PodError> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let name = pod.name_any();
+    let text = message(job, cause);
+    tracing::info!(pod = %super::pod_key(pod), job_id = ?job.job_id(), reason = cause.reason(), "removing pod: {text}");
+    if !is_disrupted(pod) {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        // A strategic merge patch keyed by type: the other conditions stay as they are.
+        let patch = json!({"status": {"conditions": [{
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": cause.reason(),
+            "message": text,
+            "lastTransitionTime": now,
+        }]}});
+        ctx.metrics.kube_writes.inc(WRITE_DISRUPTION);
+        let params = PatchParams {
+            field_manager: Some(format!("{}-controllers", ctx.opts.scheduler_name)),
+            ..Default::default()
+        };
+        match api
+            .patch_status(&name, &params, &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        ctx.writer
+            .event_for(
+                "Deleting",
+                &ctx.metrics.kube_writes,
+                pod,
+                true,
+                cause.reason(),
+                text,
+            )
+            .await;
+    }
+    ctx.metrics.kube_writes.inc(WRITE_DELETE);
+    // The UID precondition: never delete a namesake created since.
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    ctx.metrics.pod_removed(cause.label());
+    Ok(())
+}
+
+/// Cancels a job whose pods are all finished; a job that ended meanwhile counts as cancelled.
+pub async fn cancel<S: Slurm>(ctx: &PodCtx<S>, job_id: u32, cause: Cause) -> Result<(), PodError> {
+    tracing::info!(
+        job_id,
+        cause = cause.label(),
+        "cancelling Slurm job: no pod of it runs any more"
+    );
+    if let Err(e) = ctx.caches.slurm.cancel(job_id).await {
+        // Slurm refuses to cancel a job that is already completing or done.
+        let ended = ctx
+            .caches
+            .jobs
+            .refresh(job_id)
+            .await?
+            .is_none_or(|j| !j.is_active());
+        if !ended {
+            return Err(e.into());
+        }
+    } else {
+        ctx.metrics.job_cancelled(cause.label());
+        ctx.caches.jobs.refresh(job_id).await?;
+    }
+    Ok(())
+}
+
+/// Drops the bridge finalizer so the pod can go.
+pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodError> {
+    ctx.writer
+        .remove_finalizer(&ctx.metrics.kube_writes, pod)
+        .await?;
+    tracing::debug!(pod = %super::pod_key(pod), "finalizer released");
+    Ok(())
+}

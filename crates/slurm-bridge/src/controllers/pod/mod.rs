@@ -1,0 +1,368 @@
+//! The pod controller: the life of a pod after binding. A bound pod runs only while its Slurm
+//! job runs; the job ends with the last of its pods; finalizers are released once the job no
+//! longer serves anything. The rules are in [`decide`]; this module gathers the facts from the
+//! shared caches and carries the plan out ([`actions`]).
+//!
+//! Triggers: pod changes, the job watcher's changes (a job that ends in Slurm reaches its pods
+//! within a poll interval), nodes that are lost or not Ready, and a slow resync as a safety net.
+
+pub mod actions;
+pub mod decide;
+
+use crate::caches::{Caches, Change};
+use crate::controllers::metrics::ControllerMetrics;
+use crate::scheduler::context::Slurm;
+use crate::scheduler::pod_ops::PodWriter;
+use crate::slurm::{JobEvent, WatchedJob};
+use crate::wellknown::LABEL_SLURM_JOBID;
+use crate::workload::ir::pod_key;
+use crate::workload::kinds::{is_terminal, jobid_label, parse_job_id};
+use decide::{JobView, Member, Plan};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the pod controller runs.
+#[derive(Clone, Debug)]
+pub struct PodControllerOptions {
+    pub scheduler_name: String,
+    /// Pods reconciled at once.
+    pub workers: u16,
+    /// How long a node may be gone or NotReady before its pods are released (their job
+    /// cancelled, their finalizer dropped): no kubelet will report them any more.
+    pub lost_node_grace: Duration,
+    /// Interval of the safety-net pass over every cached pod.
+    pub resync: Duration,
+}
+
+/// Why a pass failed; the pod is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Slurm: {0}")]
+    Slurm(#[from] slurm_rest::Error),
+}
+
+/// What every pass shares.
+pub struct PodCtx<S> {
+    pub caches: Arc<Caches<S>>,
+    pub client: kube::Client,
+    pub writer: PodWriter,
+    pub opts: PodControllerOptions,
+    pub metrics: Arc<ControllerMetrics>,
+    /// When each node was seen deleted (a deleted node has no condition to tell).
+    gone_since: Mutex<HashMap<String, Instant>>,
+    /// Consecutive failures per pod, for backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<S: Slurm> PodCtx<S> {
+    pub fn new(
+        caches: Arc<Caches<S>>,
+        client: kube::Client,
+        opts: PodControllerOptions,
+        metrics: Arc<ControllerMetrics>,
+    ) -> Arc<Self> {
+        Arc::new(PodCtx {
+            writer: PodWriter::new(client.clone(), &opts.scheduler_name),
+            caches,
+            client,
+            opts,
+            metrics,
+            gone_since: Default::default(),
+            failures: Default::default(),
+        })
+    }
+
+    /// `Some(remaining)` while the node is unhealthy but within its grace, `None` when healthy,
+    /// `Some(ZERO)` once lost.
+    fn node_loss(&self, node: &str) -> Option<Duration> {
+        let grace = self.opts.lost_node_grace;
+        let Some(n) = self.caches.nodes.get(&ObjectRef::<Node>::new(node)) else {
+            let mut gone = self.gone_since.lock().unwrap_or_else(|e| e.into_inner());
+            let since = *gone.entry(node.to_string()).or_insert_with(Instant::now);
+            return Some(grace.saturating_sub(since.elapsed()));
+        };
+        self.gone_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node);
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        match ready {
+            Some(c) if c.status == "True" => None,
+            Some(c) => {
+                let since = c
+                    .last_transition_time
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+                let for_ = k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(since)
+                    .unsigned_abs();
+                Some(grace.saturating_sub(for_))
+            }
+            // No Ready condition yet: a node still registering.
+            None => None,
+        }
+    }
+
+    fn member(&self, pod: &Pod) -> (Member, Option<Duration>) {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty());
+        let loss = node.and_then(|n| self.node_loss(n));
+        let status = pod.status.as_ref();
+        let running = |list: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+            list.into_iter()
+                .flatten()
+                .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        };
+        let containers_running = status.is_some_and(|s| {
+            running(s.container_statuses.as_ref()) || running(s.init_container_statuses.as_ref())
+        });
+        let member = Member {
+            key: pod_key(pod),
+            bound: node.is_some(),
+            terminal: is_terminal(pod),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            containers_running,
+            node_lost: loss == Some(Duration::ZERO),
+            has_finalizer: pod
+                .finalizers()
+                .iter()
+                .any(|f| f == crate::wellknown::FINALIZER),
+            disrupted: actions::is_disrupted(pod),
+        };
+        (member, loss.filter(|d| !d.is_zero()))
+    }
+
+    /// The cached pods carrying job id label `value`.
+    fn pods_of_job(&self, value: &str) -> Vec<Arc<Pod>> {
+        self.caches
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.labels().get(LABEL_SLURM_JOBID).map(String::as_str) == Some(value))
+            .collect()
+    }
+
+    fn backoff(&self, key: &str) -> Duration {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_millis((250u64 << (*n - 1).min(7)).min(30_000))
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+/// The job a pod names, from the watcher's index; an id the index lacks is asked of Slurm once.
+async fn job_of<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+) -> Result<Option<Result<Arc<WatchedJob>, u32>>, PodError> {
+    let Some(id) = jobid_label(pod).and_then(parse_job_id) else {
+        return Ok(None);
+    };
+    let cached = ctx.caches.jobs.index().get(id);
+    let job = match cached {
+        Some(j) => Some(j),
+        None => ctx.caches.jobs.refresh(id).await?,
+    };
+    Ok(Some(job.ok_or(id)))
+}
+
+/// One pass for a pod and, through it, its job.
+pub async fn reconcile<S: Slurm>(pod: Arc<Pod>, ctx: Arc<PodCtx<S>>) -> Result<Action, PodError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&pod, &ctx).await;
+    ctx.metrics
+        .reconcile
+        .observe("pod", started, result.is_ok());
+    if result.is_ok() {
+        ctx.succeeded(&pod_key(&pod));
+    }
+    result
+}
+
+async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action, PodError> {
+    let (me, recheck_in) = ctx.member(pod);
+    if !me.bound && !me.terminal {
+        return Ok(Action::await_change());
+    }
+    let mut job = job_of(ctx, pod).await?;
+    // A live pod is removed only on a fresh answer: the index may lag behind Slurm.
+    if !me.finished()
+        && !me.deleting
+        && let Some(Ok(j)) = &job
+        && !j.is_running()
+    {
+        job = Some(ctx.caches.jobs.refresh(j.job_id).await?.ok_or(j.job_id));
+    }
+    let view = match &job {
+        None => JobView::NoLabel,
+        Some(Err(id)) => JobView::Unknown(*id),
+        Some(Ok(j)) => JobView::Known(j),
+    };
+    let siblings: Vec<Arc<Pod>> = match jobid_label(pod) {
+        Some(value) if job.is_some() => ctx.pods_of_job(value),
+        _ => Vec::new(),
+    };
+    let mut members: Vec<Member> = siblings.iter().map(|p| ctx.member(p).0).collect();
+    if !members.iter().any(|m| m.key == me.key) {
+        members.push(me.clone());
+    }
+    match decide::decide(&me, &view, &members) {
+        Plan::Keep => {}
+        Plan::Remove(cause) => {
+            actions::remove(ctx, pod, &view, cause).await?;
+        }
+        Plan::Release { cancel, pods } => {
+            if let Some((job_id, cause)) = cancel {
+                actions::cancel(ctx, job_id, cause).await?;
+            }
+            for key in pods {
+                let found = siblings
+                    .iter()
+                    .find(|p| pod_key(p) == key)
+                    .map(|p| &**p)
+                    .or((key == me.key).then_some(pod));
+                if let Some(p) = found {
+                    actions::release(ctx, p).await?;
+                }
+            }
+        }
+    }
+    // A node within its grace: look again when the grace is over.
+    Ok(match recheck_in {
+        Some(d) => Action::requeue(d + Duration::from_millis(100)),
+        None => Action::await_change(),
+    })
+}
+
+/// Backoff per pod.
+pub fn error_policy<S: Slurm>(pod: Arc<Pod>, err: &PodError, ctx: Arc<PodCtx<S>>) -> Action {
+    let key = pod_key(&pod);
+    let delay = ctx.backoff(&key);
+    tracing::warn!(pod = %key, error = %err, retry_in = ?delay, "pod lifecycle pass failed");
+    Action::requeue(delay)
+}
+
+/// The pods to look at after a job change: those its admin_comment lists and those labelled
+/// with its id.
+fn pods_of_event<S: Slurm>(ctx: &PodCtx<S>, event: &JobEvent) -> Vec<ObjectRef<Pod>> {
+    let job = event.job();
+    let mut refs: Vec<ObjectRef<Pod>> = crate::scheduler::reconcile::comment_pods(&job.comment)
+        .map(|(ns, name)| ObjectRef::new(name).within(ns))
+        .collect();
+    refs.extend(
+        ctx.pods_of_job(&job.job_id.to_string())
+            .iter()
+            .map(|p| ObjectRef::from_obj(&**p)),
+    );
+    refs
+}
+
+/// The bound pods on `node`.
+fn pods_on<S: Slurm>(ctx: &PodCtx<S>, node: &str) -> Vec<ObjectRef<Pod>> {
+    ctx.caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_none_or(|c| c.status == "True")
+}
+
+/// Runs the controller until `stop` completes (the passes in flight finish first).
+pub async fn run<S: Slurm>(
+    ctx: Arc<PodCtx<S>>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (tx, rx) = mpsc::unbounded::<ObjectRef<Pod>>();
+    let mut pod_changes = ctx.caches.pod_changes();
+    let mut job_events = ctx.caches.jobs.subscribe();
+    let mut node_changes = ctx.caches.node_changes();
+    let feeder = {
+        let ctx = ctx.clone();
+        async move {
+            loop {
+                let refs: Vec<ObjectRef<Pod>> = tokio::select! {
+                    Some(change) = pod_changes.recv() => match change {
+                        Change::Applied(p) => vec![ObjectRef::from_obj(&*p)],
+                        // Its siblings may now be the last ones alive.
+                        Change::Deleted(p) => match jobid_label(&p) {
+                            Some(v) => ctx.pods_of_job(v).iter().map(|p| ObjectRef::from_obj(&**p)).collect(),
+                            None => Vec::new(),
+                        },
+                        Change::Relisted => Vec::new(),
+                    },
+                    Some(event) = job_events.recv() => pods_of_event(&ctx, &event),
+                    Some(change) = node_changes.recv() => match change {
+                        Change::Deleted(n) => pods_on(&ctx, &n.name_any()),
+                        Change::Applied(n) if !node_ready(&n) => pods_on(&ctx, &n.name_any()),
+                        _ => Vec::new(),
+                    },
+                    else => return,
+                };
+                for r in refs {
+                    if tx.unbounded_send(r).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let resync = ctx.opts.resync;
+    let ticks = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(resync).await;
+        Some(((), ()))
+    });
+    let controller = Controller::for_stream(
+        futures::stream::empty::<Result<Pod, watcher::Error>>(),
+        ctx.caches.pods.clone(),
+    )
+    .with_config(ControllerConfig::default().concurrency(ctx.opts.workers))
+    .reconcile_all_on(futures::stream::once(async {}).chain(ticks))
+    .reconcile_on(rx)
+    .graceful_shutdown_on(stop)
+    .run(reconcile, error_policy, ctx.clone())
+    .for_each(|res| {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "pod lifecycle error");
+        }
+        futures::future::ready(())
+    });
+    tokio::select! {
+        _ = controller => {}
+        _ = feeder => {}
+    }
+}

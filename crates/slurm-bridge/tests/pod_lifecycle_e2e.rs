@@ -1,0 +1,283 @@
+//! The pod lifecycle after binding, end to end on real Slurm and the real control plane: the
+//! scheduler binds, the controllers end jobs with their pods and pods with their jobs.
+
+mod e2e;
+
+use e2e::controllers::Controllers;
+use e2e::{Env, job_id_of, pod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+use slurm_bridge::wellknown::FINALIZER;
+use std::time::{Duration, Instant};
+
+const BIND: Duration = Duration::from_secs(60);
+
+fn phase(p: &Pod) -> Option<&str> {
+    p.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn has_finalizer(p: &Pod) -> bool {
+    p.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+fn disruption(p: &Pod) -> Option<(String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// A pod whose one container runs `sleep <secs>` and is killed `grace` seconds after deletion.
+fn sleeper(name: &str, secs: &str, grace: i64) -> serde_json::Value {
+    pod(
+        name,
+        json!({}),
+        json!({
+            "terminationGracePeriodSeconds": grace,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", secs],
+                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+        }),
+    )
+}
+
+#[tokio::test]
+async fn pods_and_jobs_end_together() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    let _controllers = Controllers::start(&env, |_| {}).await;
+
+    env.create_pod(sleeper("finishes", "2", 1)).await;
+    env.create_pod(sleeper("deleted", "infinity", 3)).await;
+    env.create_pod(sleeper("cancelled", "infinity", 1)).await;
+    let names: Vec<String> = ["finishes", "deleted", "cancelled"]
+        .map(String::from)
+        .to_vec();
+    let bound = env.wait_bound(&names, BIND).await;
+    let ids: Vec<u32> = bound.iter().map(job_id_of).collect();
+    let (finishes, deleted, cancelled) = (ids[0], ids[1], ids[2]);
+    for p in &bound {
+        assert!(
+            has_finalizer(p),
+            "{} bound without the finalizer",
+            p.name_any()
+        );
+    }
+
+    // A pod that finishes: its job ends, then its finalizer goes.
+    let done = env
+        .wait_pod("finishes", "Succeeded", Duration::from_secs(30), |p| {
+            p.is_some_and(|p| phase(p) == Some("Succeeded"))
+        })
+        .await;
+    let after_finish = env.wait_job_ended(finishes, Duration::from_secs(10)).await;
+    eprintln!("job of a finished pod ended {after_finish:?} after the pod was seen Succeeded");
+    env.wait_pod(
+        "finishes",
+        "finalizer released",
+        Duration::from_secs(10),
+        |p| p.is_some_and(|p| !has_finalizer(p)),
+    )
+    .await;
+    assert!(done.is_some());
+
+    // A running pod deleted: its job runs on while the containers stop (grace 3 s), is cancelled
+    // after, and the pod disappears.
+    env.pods()
+        .delete("deleted", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        env.job_running(deleted).await,
+        "job {deleted} was cancelled while its pod's containers still ran"
+    );
+    env.wait_pod("deleted", "gone", Duration::from_secs(30), |p| p.is_none())
+        .await;
+    env.wait_job_ended(deleted, Duration::from_secs(10)).await;
+
+    // scancel of a running job: the pod is removed with the condition and the Event.
+    let started = Instant::now();
+    env.slurm.run(&["scancel", &cancelled.to_string()]).unwrap();
+    let marked = env
+        .wait_pod(
+            "cancelled",
+            "DisruptionTarget",
+            Duration::from_secs(10),
+            |p| p.is_none_or(|p| disruption(p).is_some()),
+        )
+        .await;
+    eprintln!("scancel reached the pod in {:?}", started.elapsed());
+    if let Some(p) = &marked {
+        let (reason, message) = disruption(p).unwrap();
+        assert_eq!(reason, "SlurmJobCancelled");
+        assert!(
+            message.contains(&cancelled.to_string()) && message.contains("CANCELLED"),
+            "{message}"
+        );
+    }
+    env.wait_pod("cancelled", "gone", Duration::from_secs(30), |p| {
+        p.is_none()
+    })
+    .await;
+    let events = env.event_reasons("cancelled").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "SlurmJobCancelled" && n.contains("CANCELLED")),
+        "{events:?}"
+    );
+
+    env.assert_invariants().await;
+    assert!(
+        env.active_job_ids().is_empty(),
+        "{:?}",
+        env.active_job_ids()
+    );
+}
+
+#[tokio::test]
+async fn a_job_with_completions_3_and_parallelism_2_runs_to_completion() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    let _controllers = Controllers::start(&env, |_| {}).await;
+    env.create(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "three", "namespace": e2e::NS},
+        "spec": {
+            "completions": 3,
+            "parallelism": 2,
+            "template": {"spec": {
+                "schedulerName": e2e::SCHEDULER,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "2"],
+                                "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+            }},
+        },
+    }))
+    .await;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(env.kube.clone(), e2e::NS);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job = jobs.get("three").await.unwrap();
+        let succeeded = job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0);
+        if succeeded == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Job not complete within 120 s: {:?}",
+            job.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every pod's job ends and every finalizer goes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pods = env.pods().list(&Default::default()).await.unwrap().items;
+        if env.active_job_ids().is_empty() && pods.iter().all(|p| !has_finalizer(p)) {
+            assert_eq!(pods.len(), 3);
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs or finalizers left");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn a_node_deleted_under_a_running_pod_releases_its_job_after_the_grace() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    let _controllers =
+        Controllers::start(&env, |o| o.lost_node_grace = Duration::from_secs(3)).await;
+    env.create_pod(sleeper("orphan", "infinity", 1)).await;
+    let bound = env.wait_bound(&["orphan".into()], BIND).await;
+    let id = job_id_of(&bound[0]);
+    let node = bound[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+
+    let started = Instant::now();
+    env.kube_env.kubectl(&["delete", "node", &node]).unwrap();
+    env.wait_job_ended(id, Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(3),
+        "released after {took:?}, before the 3 s grace"
+    );
+    eprintln!("job of a pod on a deleted node released after {took:?} (grace 3 s)");
+    env.wait_pod(
+        "orphan",
+        "finalizer released",
+        Duration::from_secs(10),
+        |p| p.is_none_or(|p| !has_finalizer(p)),
+    )
+    .await;
+    env.assert_invariants().await;
+}
+
+#[tokio::test]
+async fn controllers_restarted_mid_run_leave_no_pod_stuck_and_no_job_behind() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    let controllers = Controllers::start(&env, |_| {}).await;
+    env.create_pod(sleeper("short-1", "3", 1)).await;
+    env.create_pod(sleeper("short-2", "3", 1)).await;
+    env.create_pod(sleeper("long", "infinity", 1)).await;
+    let names: Vec<String> = ["short-1", "short-2", "long"].map(String::from).to_vec();
+    env.wait_bound(&names, BIND).await;
+
+    // The controllers die; meanwhile pods finish and one is deleted.
+    controllers.stop().await;
+    env.pods()
+        .delete("long", &DeleteParams::default())
+        .await
+        .unwrap();
+    for name in ["short-1", "short-2"] {
+        env.wait_pod(name, "Succeeded", Duration::from_secs(30), |p| {
+            p.is_some_and(|p| phase(p) == Some("Succeeded"))
+        })
+        .await;
+    }
+    let stuck = env.pods().get("long").await.unwrap();
+    assert!(
+        stuck.metadata.deletion_timestamp.is_some() && has_finalizer(&stuck),
+        "without the controllers the deleted pod waits"
+    );
+    assert_eq!(
+        env.active_job_ids().len(),
+        3,
+        "without the controllers the jobs live on"
+    );
+
+    let _controllers = Controllers::start(&env, |_| {}).await;
+    env.wait_pod("long", "gone", Duration::from_secs(30), |p| p.is_none())
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !env.active_job_ids().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "jobs left: {:?}",
+            env.active_job_ids()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for name in ["short-1", "short-2"] {
+        env.wait_pod(name, "finalizer released", Duration::from_secs(10), |p| {
+            p.is_none_or(|p| !has_finalizer(p))
+        })
+        .await;
+    }
+    env.assert_invariants().await;
+}

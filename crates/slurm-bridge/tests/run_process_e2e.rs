@@ -1,0 +1,99 @@
+//! `slurm-bridge run` as an admin starts it: one process with every component, against real
+//! Slurm and the real control plane. A pod is scheduled, runs to completion, its Slurm job ends
+//! and its finalizer goes; SIGTERM then stops the process cleanly.
+
+mod e2e;
+
+use e2e::{Env, job_id_of, pod};
+use kube::ResourceExt;
+use serde_json::json;
+use slurm_bridge::wellknown::FINALIZER;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
+    let env = Env::start(2).await;
+    let dir = std::env::temp_dir().join(format!("slurm-bridge-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: {}\nslurmRestApi: {}\npartition: slurm-bridge\n",
+            e2e::SCHEDULER,
+            env.slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("run.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .args([
+            "--leader-elect=false",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+            "--slurm-poll-interval",
+            "200ms",
+        ])
+        .env("KUBECONFIG", env.kube_env.kubeconfig())
+        .env("SLURM_JWT_FILE", env.slurm.token_file())
+        .env_remove("SLURM_JWT")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start slurm-bridge run");
+
+    env.create_pod(pod(
+        "once",
+        json!({}),
+        json!({
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "2"],
+                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+        }),
+    ))
+    .await;
+    let bound = env
+        .wait_bound(&["once".into()], Duration::from_secs(90))
+        .await;
+    let id = job_id_of(&bound[0]);
+    env.wait_job_ended(id, Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = env.pods().get("once").await.unwrap();
+        if !p.finalizers().iter().any(|f| f == FINALIZER) {
+            assert_eq!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded")
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "finalizer still held");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.assert_invariants().await;
+
+    // SIGTERM: a clean exit.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
