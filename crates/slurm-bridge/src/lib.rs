@@ -3,6 +3,7 @@
 //! A group of pods becomes one Slurm external job ([`workload`]); the `translate`
 //! subcommand ([`cli::translate`]) shows that mapping for manifests without a cluster.
 
+pub mod admission;
 pub mod caches;
 pub mod cli;
 pub mod config;

@@ -281,3 +281,50 @@ async fn controllers_restarted_mid_run_leave_no_pod_stuck_and_no_job_behind() {
     }
     env.assert_invariants().await;
 }
+
+#[tokio::test]
+async fn a_lost_kubelet_releases_its_pods_job_after_the_grace() {
+    // The node lifecycle controller marks a node NotReady 16 s after its last heartbeat.
+    let mut env = Env::start_configured(2, |o| {
+        o.node_monitor_grace_period = Some(Duration::from_secs(16))
+    })
+    .await;
+    env.start_scheduler().await;
+    let _controllers =
+        Controllers::start(&env, |o| o.lost_node_grace = Duration::from_secs(5)).await;
+    env.create_pod(sleeper("stranded", "infinity", 1)).await;
+    let bound = env.wait_bound(&["stranded".into()], BIND).await;
+    let id = job_id_of(&bound[0]);
+    let node = bound[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+
+    let started = Instant::now();
+    env.kube_env.lose_kubelet(&node).unwrap();
+    // NotReady within about 16-26 s, then 5 s of grace.
+    env.wait_job_ended(id, Duration::from_secs(90)).await;
+    let took = started.elapsed();
+    eprintln!("job of a pod on a NotReady node released {took:?} after the kubelet was lost");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.kube.clone());
+    let n = nodes.get(&node).await.unwrap();
+    let ready = n
+        .status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .unwrap();
+    assert_ne!(ready.status, "True", "released while the node was Ready");
+    let p = env
+        .wait_pod(
+            "stranded",
+            "finalizer released",
+            Duration::from_secs(10),
+            |p| p.is_none_or(|p| !has_finalizer(p)),
+        )
+        .await;
+    if let Some(p) = p {
+        assert_eq!(
+            disruption(&p).map(|d| d.0).as_deref(),
+            Some("NodeLost"),
+            "removed for its lost node"
+        );
+    }
+    env.assert_invariants().await;
+}

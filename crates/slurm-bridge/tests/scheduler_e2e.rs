@@ -395,6 +395,23 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
                  "schedulingPolicy": {"gang": {"minCount": 2}}}
     }))
     .await;
+    // Another writer's condition on the PodGroup: the scheduler's write must leave it.
+    let gvk = kube::api::GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(env.kube.clone(), e2e::NS, &ar);
+    api.patch_status(
+        "training-workers",
+        &kube::api::PatchParams {
+            field_manager: Some("someone-else".into()),
+            ..Default::default()
+        },
+        &kube::api::Patch::Merge(json!({"status": {"conditions": [{
+            "type": "ExampleCondition", "status": "True", "reason": "Example",
+            "message": "set by another writer", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+    )
+    .await
+    .unwrap();
     for i in 0..2 {
         env.create_pod(pod(
             &format!("training-{i}"),
@@ -413,10 +430,6 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
     assert!(job.contains("JobName=training-gang"), "{job}");
     assert!(job.contains("NumNodes=2"), "{job}");
     // The PodGroup is marked scheduled.
-    let gvk = kube::api::GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup");
-    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
-    let api: kube::Api<kube::api::DynamicObject> =
-        kube::Api::namespaced_with(env.kube.clone(), e2e::NS, &ar);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let pg = api.get("training-workers").await.unwrap();
@@ -434,6 +447,31 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Item 6: applied (server-side, status subresource) under the scheduler's field manager,
+    // with the other writer's condition left in place, and written once.
+    let pg = api.get("training-workers").await.unwrap();
+    let conditions = pg.data["status"]["conditions"].as_array().unwrap().clone();
+    assert!(
+        conditions.iter().any(|c| c["type"] == "ExampleCondition"),
+        "{conditions:?}"
+    );
+    let managed = pg.metadata.managed_fields.clone().unwrap_or_default();
+    assert!(
+        managed
+            .iter()
+            .any(|m| m.manager.as_deref() == Some(e2e::SCHEDULER)
+                && m.operation.as_deref() == Some("Apply")
+                && m.subresource.as_deref() == Some("status")),
+        "{managed:?}"
+    );
+    assert_eq!(
+        env.handle()
+            .metrics
+            .kube_writes
+            .of(slurm_bridge::scheduler::pod_ops::write_kind::PODGROUP),
+        1,
+        "one PodGroup write"
+    );
     env.assert_consistent().await;
 }
 
@@ -795,4 +833,374 @@ async fn a_pending_job_follows_a_node_that_becomes_schedulable() {
         Some("node-2")
     );
     env.assert_consistent().await;
+}
+
+// ---- Issue 10: gangs, partial allocations, permanent rejections, PodGroupScheduled ----
+
+fn coscheduling_api(env: &Env) -> kube::Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podgroups");
+    kube::Api::namespaced_with(env.kube.clone(), e2e::NS, &ar)
+}
+
+async fn coscheduling_group(env: &Env, name: &str, min_member: u32) {
+    env.create(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": name}, "spec": {"minMember": min_member}
+    }))
+    .await;
+}
+
+/// A pod of the coscheduling PodGroup `group` running `command` (forever by default).
+fn member(name: &str, group: &str, command: Option<&[&str]>) -> serde_json::Value {
+    let mut spec = json!({});
+    if let Some(cmd) = command {
+        spec = json!({
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": cmd,
+                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+        });
+    }
+    let mut p = pod(name, json!({}), spec);
+    p["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": group});
+    p
+}
+
+/// Slurm's state of a job, as `JobState=...` in scontrol.
+fn job_state(env: &Env, id: u32) -> String {
+    let text = env.scontrol_job(id);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("JobState="))
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn wait_for<F: Fn() -> bool>(what: &str, timeout: Duration, check: F) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn label_of(env: &Env, name: &str) -> Option<u32> {
+    let p = env.pods().get(name).await.unwrap();
+    kube::ResourceExt::labels(&p)
+        .get(slurm_bridge::wellknown::LABEL_SLURM_JOBID)
+        .and_then(|l| l.parse().ok())
+}
+
+/// Item 1: a coscheduling PodGroup in phase Running refuses new pods, and its running gang keeps
+/// its job and its labels (the original only refused to schedule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_podgroup_refuses_newcomers_and_keeps_its_running_gang() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    coscheduling_group(&env, "closed", 2).await;
+    for i in 0..2 {
+        env.create_pod(member(&format!("closed-{i}"), "closed", None))
+            .await;
+    }
+    let names: Vec<String> = (0..2).map(|i| format!("closed-{i}")).collect();
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let id = job_id_of(&pods[0]);
+    coscheduling_api(&env)
+        .patch_status(
+            "closed",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+    // A replacement pod arrives: refused, with the reason.
+    env.create_pod(member("closed-2", "closed", None)).await;
+    let message = env
+        .wait_condition("closed-2", "PodGroupClosed", BIND_TIMEOUT)
+        .await;
+    assert!(message.contains("Running"), "{message}");
+    let events = env.event_reasons("closed-2").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "PodGroupClosed"),
+        "{events:?}"
+    );
+    // Its passes go on for a while: the gang's job and labels stay.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(job_state(&env, id), "RUNNING");
+    for name in &names {
+        assert_eq!(
+            label_of(&env, name).await,
+            Some(id),
+            "{name} keeps its label"
+        );
+    }
+    assert_eq!(
+        env.slurm_job_ids(),
+        [id],
+        "no job cancelled, none submitted"
+    );
+    assert_eq!(label_of(&env, "closed-2").await, None);
+}
+
+/// Item 2: a gang that loses a member while its job is pending gets a new job once it is
+/// complete again (the pending one is cancelled, its unbound pods unlabelled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_shrinks_while_pending_gets_a_new_job() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    // A pod holding node-1 keeps the gang's job pending.
+    env.create_pod(pod("blocker", json!({}), json!({}))).await;
+    let blocker = env.wait_bound(&["blocker".into()], BIND_TIMEOUT).await;
+    let blocker_job = job_id_of(&blocker[0]);
+    coscheduling_group(&env, "shrinks", 2).await;
+    for i in 0..2 {
+        env.create_pod(member(&format!("shrinks-{i}"), "shrinks", None))
+            .await;
+    }
+    let mut first = None;
+    for _ in 0..300 {
+        if let Some(id) = label_of(&env, "shrinks-0").await {
+            first = Some(id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first = first.expect("the gang's job");
+    wait_for("the gang's job pending", BIND_TIMEOUT, || {
+        job_state(&env, first) == "PENDING"
+    })
+    .await;
+    // A member goes before the job runs.
+    env.pods()
+        .delete("shrinks-1", &Default::default())
+        .await
+        .unwrap();
+    // Nothing triggers shrinks-0 when its sibling goes: its next pass comes with its requeue
+    // (at most 30 s). The condition then says "1 of 2" (the next pass rewrites the cancel's
+    // message); the Event keeps it.
+    wait_for("the pending job cancelled", Duration::from_secs(90), || {
+        job_state(&env, first) == "CANCELLED"
+    })
+    .await;
+    let mut events = Vec::new();
+    for _ in 0..50 {
+        events = env.event_reasons("shrinks-0").await;
+        if events
+            .iter()
+            .any(|(r, n)| r == "WaitingForGang" && n.contains("cancelled"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "WaitingForGang" && n.contains("1 of 2") && n.contains("cancelled")),
+        "{events:?}"
+    );
+    let message = env
+        .wait_condition("shrinks-0", "WaitingForGang", BIND_TIMEOUT)
+        .await;
+    assert!(message.contains("1 of 2"), "{message}");
+    assert_eq!(label_of(&env, "shrinks-0").await, None, "label cleared");
+    // The gang is complete again: a new job, which runs once node-1 is free.
+    env.create_pod(member("shrinks-1", "shrinks", None)).await;
+    let mut second = None;
+    for _ in 0..300 {
+        if let Some(id) = label_of(&env, "shrinks-1").await {
+            second = Some(id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let second = second.expect("a new job");
+    assert_ne!(second, first);
+    env.slurm
+        .run(&["scancel", &blocker_job.to_string()])
+        .unwrap();
+    let names = ["shrinks-0".to_string(), "shrinks-1".to_string()];
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    assert!(pods.iter().all(|p| job_id_of(p) == second));
+}
+
+/// Item 2: a running gang below its minimum is left to the controllers: a new pod of the group
+/// waits, the job keeps running and its pods their labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_gang_below_its_minimum_is_left_alone() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    coscheduling_group(&env, "runs", 3).await;
+    env.create_pod(member("runs-0", "runs", None)).await;
+    for i in 1..3 {
+        env.create_pod(member(&format!("runs-{i}"), "runs", Some(&["sleep", "2"])))
+            .await;
+    }
+    let names: Vec<String> = (0..3).map(|i| format!("runs-{i}")).collect();
+    let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
+    let id = job_id_of(&pods[0]);
+    for name in &names[1..] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = env.pods().get(name).await.unwrap();
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name} finishes");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // One live pod of 3; a new one makes 2.
+    env.create_pod(member("runs-3", "runs", None)).await;
+    let message = env
+        .wait_condition("runs-3", "WaitingForGang", BIND_TIMEOUT)
+        .await;
+    assert!(message.contains("2 of 3"), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(job_state(&env, id), "RUNNING");
+    assert_eq!(label_of(&env, "runs-0").await, Some(id));
+    assert_eq!(env.slurm_job_ids(), [id]);
+}
+
+/// Items 3 and 5: a coscheduling PodGroup with minMember 2 and 3 pods on 2 nodes is submitted
+/// (Slurm may grant 2 to 3 nodes), the pods that fit are bound, and the one left over, like a
+/// pod that joins after the allocation, is told so and gets a job of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_below_its_size_starts_its_minimum_and_the_rest_follow_alone() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    coscheduling_group(&env, "partial", 2).await;
+    for i in 0..3 {
+        env.create_pod(member(&format!("partial-{i}"), "partial", None))
+            .await;
+    }
+    let placed = ["partial-0".to_string(), "partial-1".to_string()];
+    let pods = env.wait_bound(&placed, BIND_TIMEOUT).await;
+    let group_job = job_id_of(&pods[0]);
+    assert_eq!(job_id_of(&pods[1]), group_job);
+    assert!(env.scontrol_job(group_job).contains("NumNodes=2"));
+    // The last pod by name was left over: told why, and submitted alone.
+    env.wait_condition("partial-2", "OutsideGroupAllocation", BIND_TIMEOUT)
+        .await;
+    let events = env.event_reasons("partial-2").await;
+    let note = events
+        .iter()
+        .find(|(r, _)| r == "OutsideGroupAllocation")
+        .map(|(_, n)| n.clone())
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert!(note.contains("allocated 2 node(s)"), "{note}");
+    let mut alone = None;
+    for _ in 0..300 {
+        alone = label_of(&env, "partial-2")
+            .await
+            .filter(|id| *id != group_job);
+        if alone.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let alone = alone.expect("a job of its own");
+    assert_eq!(job_state(&env, alone), "PENDING", "both nodes are taken");
+    // A pod that joins the running group: told so, and submitted alone too.
+    env.create_pod(member("partial-late", "partial", None))
+        .await;
+    env.wait_condition("partial-late", "OutsideGroupAllocation", BIND_TIMEOUT)
+        .await;
+    let events = env.event_reasons("partial-late").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "OutsideGroupAllocation" && n.contains("joined")),
+        "{events:?}"
+    );
+    // The group's job ends: the two followers run.
+    env.slurm.run(&["scancel", &group_job.to_string()]).unwrap();
+    let followers = ["partial-2".to_string(), "partial-late".to_string()];
+    let pods = env.wait_bound(&followers, BIND_TIMEOUT).await;
+    assert_eq!(job_id_of(&pods[0]), alone);
+    assert_ne!(job_id_of(&pods[1]), group_job);
+    assert_ne!(job_id_of(&pods[1]), alone);
+}
+
+/// Item 4: a job Slurm rejects for good is not sent again every few seconds: the pod shows
+/// Slurm's text and waits until it (or its group, or the nodes) changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_slurm_rejection_waits_for_a_change() {
+    let mut env = Env::start(1).await;
+    let writes = e2e::SlurmWrites::open();
+    env.start_scheduler_with(e2e::Gated {
+        inner: env.rest.clone(),
+        writes: writes.clone(),
+    })
+    .await;
+    env.create_pod(pod(
+        "nowhere",
+        json!({"slurmjob.slinky.slurm.net/partition": "nosuch"}),
+        json!({}),
+    ))
+    .await;
+    let message = env
+        .wait_condition("nowhere", "SlurmSubmitFailed", BIND_TIMEOUT)
+        .await;
+    assert!(message.contains("Invalid partition name"), "{message}");
+    // Well past the 15 s backoff cap: still one submit.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(*writes.submits_entered.borrow(), 1, "sent once");
+    let events = env.event_reasons("nowhere").await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(r, _)| r == "SlurmSubmitFailed")
+            .count(),
+        1,
+        "{events:?}"
+    );
+    // The user fixes the pod: sent again at once, and it runs.
+    env.pods()
+        .patch(
+            "nowhere",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "slurmjob.slinky.slurm.net/partition": "slurm-bridge"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_bound(&["nowhere".into()], BIND_TIMEOUT).await;
+    assert_eq!(*writes.submits_entered.borrow(), 2);
+    env.assert_consistent().await;
+}
+
+/// Item 13: a pending job whose nodes all become unusable is reported, not dropped silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_job_whose_nodes_become_unusable_is_reported() {
+    let mut env = Env::start(1).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("first", json!({}), json!({}))).await;
+    let first = env.wait_bound(&["first".into()], BIND_TIMEOUT).await;
+    env.create_pod(pod("second", json!({}), json!({}))).await;
+    let mut id = None;
+    for _ in 0..300 {
+        id = label_of(&env, "second").await;
+        if id.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(id.is_some(), "second submitted");
+    let node = first[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.kube.clone());
+    nodes
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let message = env
+        .wait_condition("second", "NoFeasibleNodes", Duration::from_secs(60))
+        .await;
+    assert!(message.contains("stays pending"), "{message}");
 }

@@ -2,11 +2,9 @@
 //! metrics, leader election and a clean shutdown on SIGTERM.
 
 use super::process;
-use super::scheduler::{parse_duration, slurm_client};
+use super::scheduler::parse_duration;
 use crate::config::Config;
 use crate::controllers::{self, ControllersOptions};
-use crate::{leader, server};
-use anyhow::{Context, bail};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -76,34 +74,23 @@ pub struct ControllersArgs {
 
 /// Runs the controllers until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
-    if cfg.scheduler_name.is_empty() {
-        bail!(
-            "schedulerName is not set in the config file: the controllers manage the pods naming it, e.g. slurm-bridge-scheduler"
-        );
-    }
-    let signals = process::signals()?;
-    let listener = server::bind(args.health_probe_bind_address).await?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let slurm = slurm_client(&cfg)?;
-    let lease = args.leader_elect.then(|| leader::LeaseSpec {
-        namespace: args.leader_elect_namespace.clone(),
-        name: args
-            .leader_elect_name
-            .clone()
-            .unwrap_or_else(|| format!("{}-controllers", cfg.scheduler_name)),
-        identity: leader::identity(),
-    });
+    let started = process::start(&cfg, args.health_probe_bind_address).await?;
+    let lease = process::lease(
+        args.leader_elect,
+        &args.leader_elect_namespace,
+        args.leader_elect_name.as_deref(),
+        format!("{}-controllers", cfg.scheduler_name),
+    );
     let opts = args
         .controllers
         .options(cfg, args.slurm_poll_interval, args.shutdown_grace);
+    let client = started.client;
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let handle = controllers::run(
         client,
-        slurm,
+        started.slurm,
         opts,
         &mut registry,
         leadership.receiver(),
@@ -120,8 +107,8 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
         registry,
         vec![component],
         stop_tx,
-        listener,
-        signals,
+        started.listener,
+        started.signals,
     )
     .await
 }

@@ -1,5 +1,6 @@
 //! Command line: `slurm-bridge [--config PATH] <subcommand>`.
 
+pub mod admission;
 pub mod controllers;
 pub mod process;
 pub mod run;
@@ -35,7 +36,11 @@ pub enum Command {
     Scheduler(scheduler::SchedulerArgs),
     /// The controllers: pods and their Slurm jobs after binding, Kubernetes nodes as Slurm external nodes.
     Controllers(controllers::ControllersArgs),
-    /// Everything in one process (the scheduler and the controllers), on shared caches.
+    /// The admission webhooks: pods in managed namespaces get the bridge scheduler, and
+    /// scheduler-owned labels and annotations are protected (HTTPS, see docs/admission.md).
+    Admission(admission::AdmissionArgs),
+    /// Everything in one process (the scheduler and the controllers, and the admission
+    /// webhooks when --cert-dir or --self-signed-names is given), on shared caches.
     Run(run::RunArgs),
 }
 
@@ -82,6 +87,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Scheduler(args) => Box::pin(scheduler::run(cfg, args)),
             Command::Controllers(args) => Box::pin(controllers::run(cfg, args)),
+            Command::Admission(args) => Box::pin(admission::run(cfg, args)),
             Command::Run(args) => Box::pin(run::run(cfg, args)),
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 /// SIGTERM and SIGINT, as a stream: the first asks for a graceful shutdown, a second for an
 /// immediate one.
-pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
+pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin + Send> {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
@@ -25,6 +25,53 @@ pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin> {
             Some(((), (term, int)))
         },
     )))
+}
+
+/// What every long-running subcommand opens first: signals, the probe listener, the Kubernetes
+/// client and the Slurm client.
+pub struct Started {
+    pub signals: std::pin::Pin<Box<dyn Stream<Item = ()> + Send>>,
+    pub listener: tokio::net::TcpListener,
+    pub client: kube::Client,
+    pub slurm: slurm_rest::Client,
+}
+
+/// Checks the config, then opens what [`Started`] holds.
+pub async fn start(
+    cfg: &crate::config::Config,
+    probe_address: std::net::SocketAddr,
+) -> anyhow::Result<Started> {
+    if cfg.scheduler_name.is_empty() {
+        anyhow::bail!(
+            "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
+        );
+    }
+    let signals = Box::pin(signals()?);
+    let listener = server::bind(probe_address).await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let slurm = super::scheduler::slurm_client(cfg)?;
+    Ok(Started {
+        signals,
+        listener,
+        client,
+        slurm,
+    })
+}
+
+/// The Lease to compete for (`None` with `--leader-elect=false`): `name`, else `default_name`.
+pub fn lease(
+    enabled: bool,
+    namespace: &str,
+    name: Option<&str>,
+    default_name: String,
+) -> Option<leader::LeaseSpec> {
+    enabled.then(|| leader::LeaseSpec {
+        namespace: namespace.to_string(),
+        name: name.map_or(default_name, str::to_string),
+        identity: leader::identity(),
+    })
 }
 
 /// One running component (scheduler, controllers) as the process sees it.

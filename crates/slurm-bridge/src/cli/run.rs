@@ -1,15 +1,17 @@
-//! `slurm-bridge run`: every component in one process (the scheduler and the controllers), on
-//! one set of caches and one Slurm job watcher, under one Lease.
+//! `slurm-bridge run`: every component in one process (the scheduler and the controllers, and
+//! the admission webhooks when certificates are configured), on one set of caches and one Slurm
+//! job watcher, under one Lease. The webhooks serve on every replica; only the leader writes
+//! caBundles in the self-managed certificate mode.
 
+use super::admission::WebhookFlags;
 use super::controllers::ControllerFlags;
 use super::process;
-use super::scheduler::{SchedulerArgs, slurm_client};
+use super::scheduler::SchedulerArgs;
 use crate::caches::Caches;
 use crate::config::Config;
 use crate::scheduler::metrics::{Instrumented, Metrics};
 use crate::scheduler::{self, SchedulerOptions};
-use crate::{controllers, leader, server};
-use anyhow::{Context, bail};
+use crate::{admission, controllers};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -21,34 +23,29 @@ pub struct RunArgs {
     pub scheduler: SchedulerArgs,
     #[command(flatten)]
     pub controllers: ControllerFlags,
+    #[command(flatten)]
+    pub webhook: WebhookFlags,
 }
 
 /// Runs every component until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
-    if cfg.scheduler_name.is_empty() {
-        bail!(
-            "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
-        );
-    }
     let s = &args.scheduler;
-    let signals = process::signals()?;
-    let listener = server::bind(s.health_probe_bind_address).await?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let slurm = slurm_client(&cfg)?;
-    let lease = s.leader_elect.then(|| leader::LeaseSpec {
-        namespace: s.leader_elect_namespace.clone(),
-        name: s
-            .leader_elect_name
-            .clone()
-            .unwrap_or_else(|| cfg.scheduler_name.clone()),
-        identity: leader::identity(),
-    });
+    let started = process::start(&cfg, s.health_probe_bind_address).await?;
+    let (client, slurm) = (started.client, started.slurm);
+    let lease = process::lease(
+        s.leader_elect,
+        &s.leader_elect_namespace,
+        s.leader_elect_name.as_deref(),
+        cfg.scheduler_name.clone(),
+    );
     let mut sched_opts = SchedulerOptions::new(cfg.clone());
     sched_opts.job_poll_interval = s.slurm_poll_interval;
     sched_opts.concurrency = s.workers;
     sched_opts.shutdown_grace = s.shutdown_grace;
+    let admission_opts = args
+        .webhook
+        .enabled()
+        .then(|| args.webhook.options(cfg.clone()));
     let ctrl_opts = args
         .controllers
         .options(cfg, s.slurm_poll_interval, s.shutdown_grace);
@@ -72,6 +69,19 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         process::until_true(stop_rx.clone()),
     )
     .await;
+    let webhooks = match admission_opts {
+        Some(opts) => Some(
+            admission::start(
+                client.clone(),
+                opts,
+                &mut registry,
+                leadership.receiver(),
+                process::until_true(stop_rx.clone()),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let ctrl = controllers::run_with(
         client,
         caches,
@@ -80,7 +90,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         leadership.receiver(),
         process::until_true(stop_rx),
     );
-    let components = vec![
+    let mut components = vec![
         process::Component {
             name: "scheduler",
             ready: sched.ready.clone(),
@@ -92,7 +102,22 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
             stopped: ctrl.stopped.clone(),
         },
     ];
-    let result = process::serve(leadership, registry, components, stop_tx, listener, signals).await;
+    if let Some(w) = &webhooks {
+        components.push(process::Component {
+            name: "admission",
+            ready: w.ready.clone(),
+            stopped: w.stopped.clone(),
+        });
+    }
+    let result = process::serve(
+        leadership,
+        registry,
+        components,
+        stop_tx,
+        started.listener,
+        started.signals,
+    )
+    .await;
     cache_tasks.stop().await;
     result
 }

@@ -3,9 +3,9 @@
 
 use super::process;
 use crate::config::Config;
+use crate::leader;
 use crate::scheduler::context::Slurm;
 use crate::scheduler::{self, SchedulerOptions};
-use crate::{leader, server};
 use anyhow::{Context, bail};
 use futures::Stream;
 use prometheus_client::registry::Registry;
@@ -85,30 +85,26 @@ pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
 
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
-    if cfg.scheduler_name.is_empty() {
-        bail!(
-            "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
-        );
-    }
-    let signals = process::signals()?;
-    let listener = server::bind(args.health_probe_bind_address).await?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let slurm = slurm_client(&cfg)?;
-    let lease = args.leader_elect.then(|| leader::LeaseSpec {
-        namespace: args.leader_elect_namespace.clone(),
-        name: args
-            .leader_elect_name
-            .clone()
-            .unwrap_or_else(|| cfg.scheduler_name.clone()),
-        identity: leader::identity(),
-    });
+    let started = process::start(&cfg, args.health_probe_bind_address).await?;
+    let lease = process::lease(
+        args.leader_elect,
+        &args.leader_elect_namespace,
+        args.leader_elect_name.as_deref(),
+        cfg.scheduler_name.clone(),
+    );
     let mut opts = SchedulerOptions::new(cfg);
     opts.job_poll_interval = args.slurm_poll_interval;
     opts.concurrency = args.workers;
     opts.shutdown_grace = args.shutdown_grace;
-    serve(client, slurm, opts, lease, listener, signals).await
+    serve(
+        started.client,
+        started.slurm,
+        opts,
+        lease,
+        started.listener,
+        started.signals,
+    )
+    .await
 }
 
 /// The scheduler process: leader election (`lease`, or none: lead at once), the scheduler and

@@ -3,6 +3,13 @@
 //! Deterministic, and stable: a pod already annotated with a node of the allocation keeps it (the
 //! original re-assigned arbitrary nodes on every pass, quirk 15, which the webhook then rejected
 //! for running pods).
+//!
+//! An allocation may have fewer nodes than the job has pods: a coscheduling PodGroup asks Slurm
+//! for `minMember..group size` nodes, and Slurm grants any count in that range (tried on Slurm
+//! 26.05: `nodes=3, minimum_nodes=2, maximum_nodes=3` with 2 nodes free runs on 2). Then the pods
+//! that fit are assigned, as the original does, and the others are left out of the plan; the
+//! scheduler gives each of them a job of its own (docs/scheduler.md, "Pods the allocation does
+//! not cover").
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,8 +20,6 @@ pub enum AssignError {
         "Slurm node {0} matches no Kubernetes node (no node of that name or slinky.slurm.net/slurm-nodename label)"
     )]
     UnknownSlurmNode(String),
-    #[error("Slurm allocated {nodes} node(s) for {pods} pod(s)")]
-    TooFewNodes { nodes: usize, pods: usize },
 }
 
 /// Maps allocated Slurm node names to Kubernetes node names with `slurm_to_kube`.
@@ -33,19 +38,12 @@ pub fn kube_nodes(
         .collect()
 }
 
-/// Assigns one distinct node to each pod. `pods` are `(pod key, current node annotation)`.
-/// Returns `pod key -> node`.
-pub fn assign(
-    pods: &[(String, Option<String>)],
-    nodes: &[String],
-) -> Result<BTreeMap<String, String>, AssignError> {
+/// Assigns one distinct node to as many pods as there are nodes. `pods` are `(pod key, current
+/// node)`: the node a bound pod is on, or an unbound pod's node annotation. A pod keeps its
+/// current node when the allocation has it; the others get the remaining nodes in the order of
+/// their keys. Returns `pod key -> node`; pods beyond the node count are not in it.
+pub fn assign(pods: &[(String, Option<String>)], nodes: &[String]) -> BTreeMap<String, String> {
     let mut free: BTreeSet<&String> = nodes.iter().collect();
-    if free.len() < pods.len() {
-        return Err(AssignError::TooFewNodes {
-            nodes: free.len(),
-            pods: pods.len(),
-        });
-    }
     let mut out = BTreeMap::new();
     let mut rest = Vec::new();
     for (pod, current) in pods {
@@ -62,7 +60,7 @@ pub fn assign(
     for (pod, node) in sorted_rest.into_iter().zip(free) {
         out.insert(pod.clone(), node.clone());
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -80,19 +78,28 @@ mod tests {
             ("ns/b".to_string(), Some("n3".to_string())),
             ("ns/c".to_string(), Some("gone".to_string())),
         ];
-        let got = assign(&pods, &s(&["n1", "n2", "n3"])).unwrap();
+        let got = assign(&pods, &s(&["n1", "n2", "n3"]));
         assert_eq!(got["ns/b"], "n3");
         assert_eq!(got["ns/a"], "n1");
         assert_eq!(got["ns/c"], "n2");
     }
 
     #[test]
-    fn too_few_nodes_is_an_error() {
-        let pods = vec![("ns/a".to_string(), None), ("ns/b".to_string(), None)];
-        assert_eq!(
-            assign(&pods, &s(&["n1"])),
-            Err(AssignError::TooFewNodes { nodes: 1, pods: 2 })
-        );
+    fn fewer_nodes_than_pods_assigns_what_fits() {
+        // Slurm granted 2 nodes to a job of 3 pods (minimum_nodes 2): two are placed, the pod
+        // already on a node of the allocation among them, and the last by key is left out.
+        let pods = vec![
+            ("ns/a".to_string(), None),
+            ("ns/b".to_string(), None),
+            ("ns/c".to_string(), Some("n2".to_string())),
+        ];
+        let got = assign(&pods, &s(&["n1", "n2"]));
+        assert_eq!(got.len(), 2);
+        assert_eq!(got["ns/c"], "n2");
+        assert_eq!(got["ns/a"], "n1");
+        assert!(!got.contains_key("ns/b"));
+        // No node at all: nobody is placed, nothing fails.
+        assert!(assign(&pods, &[]).is_empty());
     }
 
     #[test]

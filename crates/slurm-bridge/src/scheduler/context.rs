@@ -47,6 +47,9 @@ pub struct Ctx<S> {
     /// Placements by pod constraints, valid for one node generation and one generation of the
     /// Slurm node names.
     pub placements: Mutex<PlacementCache>,
+    /// Groups whose job description Slurm rejected for good, not sent again until it or the
+    /// nodes change ([`super::rejection`]).
+    pub rejections: Mutex<super::rejection::Rejections>,
 }
 
 /// Cached node filtering: the filter runs once per distinct set of pod constraints, not per pod.
@@ -130,6 +133,30 @@ impl<S: Slurm> Ctx<S> {
         self.placement_cache()
             .insert(valid_for, key, cached.clone());
         cached
+    }
+
+    /// The generations placements are computed from: the Kubernetes nodes' and Slurm's node
+    /// names'.
+    pub fn generations(&self) -> Generations {
+        (
+            self.node_generation.load(Ordering::Relaxed),
+            self.slurm_nodes.snapshot().generation,
+        )
+    }
+
+    /// What a job description is made of, for [`super::rejection::Rejections`]: its hash and
+    /// the node generations (a node change may make a rejected description acceptable even if
+    /// the description itself is the same).
+    pub fn fingerprint(&self, desc_hash: u64) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (desc_hash, self.generations()).hash(&mut h);
+        h.finish()
+    }
+
+    /// The permanent rejections, even if a panicking holder poisoned their lock.
+    pub fn rejections(&self) -> std::sync::MutexGuard<'_, super::rejection::Rejections> {
+        self.rejections.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The placement cache, even if a panicking holder poisoned its lock.
@@ -311,6 +338,7 @@ mod tests {
             leader: AtomicBool::new(true),
             node_generation: Default::default(),
             placements: Default::default(),
+            rejections: Default::default(),
             config,
         };
         Fixture {

@@ -21,8 +21,11 @@ pub mod metrics;
 pub mod pod_ops;
 pub mod podgroup;
 pub mod reconcile;
+pub mod rejection;
 pub mod slurm_ops;
 pub mod sweep;
+#[cfg(test)]
+mod tests;
 
 use crate::caches::{CacheOptions, Caches, Change};
 use crate::config::Config;
@@ -163,6 +166,7 @@ pub async fn run_with<S: Slurm>(
         leader: AtomicBool::new(false),
         node_generation: caches.node_generation.clone(),
         placements: Default::default(),
+        rejections: Default::default(),
     });
     let triggers = Arc::new(Triggers::default());
 

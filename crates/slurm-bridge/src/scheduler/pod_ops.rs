@@ -37,6 +37,17 @@ pub mod reason {
     pub const NO_FEASIBLE_NODES: &str = "NoFeasibleNodes";
     /// The allocation could not be mapped to Kubernetes nodes.
     pub const ALLOCATION_UNMAPPED: &str = "SlurmAllocationUnmapped";
+    /// The group's allocated job does not cover the pod (it joined after the allocation, or
+    /// Slurm granted fewer nodes than the group has pods): it gets a job of its own.
+    pub const OUTSIDE_GROUP_ALLOCATION: &str = "OutsideGroupAllocation";
+    /// Labelling or binding the pod failed; the message carries the API server's answer.
+    pub const BINDING_FAILED: &str = "BindingFailed";
+    /// Cancelling a job that no longer stands for a runnable gang failed.
+    pub const SLURM_CANCEL_FAILED: &str = "SlurmCancelFailed";
+    /// Another Kubernetes write of the scheduler failed (a label removal, ...).
+    pub const SCHEDULER_ERROR: &str = "SchedulerError";
+    /// Writing `PodGroupScheduled` on a built-in PodGroup failed (an Event only).
+    pub const POD_GROUP_UPDATE_FAILED: &str = "PodGroupUpdateFailed";
 }
 
 /// The kinds of Kubernetes writes (`slurm_bridge_scheduler_kube_writes_total{kind}`).
@@ -449,13 +460,13 @@ impl PodWriter {
         let obj: kube::api::DynamicObject = match serde_json::from_value(event) {
             Ok(o) => o,
             Err(e) => {
-                tracing::debug!(error = %e, "encoding an event failed");
+                tracing::warn!(error = %e, pod = %pod_name, reason, "encoding an event failed");
                 return;
             }
         };
         writes.inc(write_kind::EVENT);
         if let Err(e) = api.create(&PostParams::default(), &obj).await {
-            tracing::debug!(error = %e, pod = %pod_name, "publishing an event failed");
+            tracing::warn!(error = %e, pod = %pod_name, reason, "publishing an event failed");
         }
     }
 

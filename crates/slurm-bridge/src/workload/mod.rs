@@ -108,6 +108,54 @@ pub struct Translation {
     pub warnings: Vec<String>,
 }
 
+impl Translation {
+    /// The nodes the group's job needs at least: one per pod, or the job's minimum node count
+    /// when that is lower (a coscheduling PodGroup's `minMember`). Slurm grants any count from
+    /// `minimum_nodes` to `maximum_nodes`, whatever `nodes` says (tried on Slurm 26.05).
+    pub fn nodes_needed(&self) -> usize {
+        let pods = self.ir.pods.len();
+        self.ir
+            .job
+            .min_nodes
+            .and_then(|m| usize::try_from(m).ok())
+            .filter(|m| *m > 0)
+            .map_or(pods, |m| m.min(pods))
+    }
+
+    /// The group key of the job `pod` gets on its own when its group's allocation does not
+    /// cover it: `<group key>/alone/<ns>/<name>`.
+    pub fn alone_key(group_key: &str, pod: &k8s_openapi::api::core::v1::Pod) -> String {
+        format!("{group_key}/alone/{}", ir::pod_key(pod))
+    }
+
+    /// This translation narrowed to `pod` alone, for the job it gets when its group's allocation
+    /// does not cover it: the group's parameters and annotations, one node, no gang.
+    pub fn alone(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Translation {
+        let current = ir::pod_key(pod);
+        let pod = self
+            .ir
+            .pods
+            .iter()
+            .find(|p| ir::pod_key(p) == current)
+            .unwrap_or(pod)
+            .clone();
+        Translation {
+            group_key: Self::alone_key(&self.group_key, &pod),
+            ir: SlurmJobIr {
+                root: self.ir.root.clone(),
+                pods: vec![pod],
+                job: JobInfo {
+                    min_nodes: Some(1),
+                    max_nodes: Some(1),
+                    ..self.ir.job.clone()
+                },
+            },
+            gang: GangStatus::Complete,
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// Why a pod could not be translated. The text names the object and the problem.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TranslateError {
@@ -174,3 +222,65 @@ fn join(errors: &[AnnotationError]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod translation_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": name},
+        }))
+        .expect("pod")
+    }
+
+    fn group(pods: usize, min_nodes: Option<u32>) -> Translation {
+        Translation {
+            group_key: "coscheduling/ns/g".into(),
+            ir: SlurmJobIr {
+                root: ObjectRef::new(
+                    kind::COSCHEDULING_PODGROUP.0,
+                    kind::COSCHEDULING_PODGROUP.1,
+                    "ns",
+                    "g",
+                ),
+                pods: (0..pods).map(|i| pod(&format!("p{i}"))).collect(),
+                job: JobInfo {
+                    min_nodes,
+                    max_nodes: Some(u32::try_from(pods).unwrap()),
+                    cpus_per_task: Some(2),
+                    ..Default::default()
+                },
+            },
+            gang: GangStatus::Complete,
+            warnings: vec![],
+        }
+    }
+
+    /// Issue 10 item 3: a coscheduling PodGroup with minMember 2 and 3 pods needs 2 nodes.
+    #[test]
+    fn a_group_needs_its_minimum_node_count_not_one_per_pod() {
+        assert_eq!(group(3, Some(2)).nodes_needed(), 2);
+        assert_eq!(group(3, None).nodes_needed(), 3);
+        assert_eq!(group(3, Some(0)).nodes_needed(), 3);
+        // A minimum above the pod count (a gang still forming) is capped by the pods.
+        assert_eq!(group(2, Some(4)).nodes_needed(), 2);
+    }
+
+    #[test]
+    fn a_pod_alone_keeps_the_groups_parameters_on_one_node() {
+        let tr = group(3, Some(2));
+        let alone = tr.alone(&pod("p2"));
+        assert_eq!(alone.group_key, "coscheduling/ns/g/alone/ns/p2");
+        assert_eq!(alone.ir.pod_names(), ["ns/p2"]);
+        assert_eq!(alone.ir.job.min_nodes, Some(1));
+        assert_eq!(alone.ir.job.max_nodes, Some(1));
+        assert_eq!(alone.ir.job.cpus_per_task, Some(2));
+        assert_eq!(alone.ir.root, tr.ir.root);
+        assert_eq!(alone.gang, GangStatus::Complete);
+        assert_eq!(alone.nodes_needed(), 1);
+        let desc = alone.to_job_desc(&Default::default(), &[]);
+        assert_eq!(desc.nodes.as_deref(), Some("1"));
+    }
+}

@@ -57,15 +57,19 @@ pub fn rest_client(slurm: &slurm_testenv::Instance) -> slurm_rest::Client {
 impl Env {
     /// Real Slurm with `nodes` external nodes and a real control plane with the same node names.
     pub async fn start(nodes: u32) -> Env {
-        Self::start_with(nodes, false).await
+        Self::start_configured(nodes, |_| {}).await
     }
 
     /// As [`Env::start`], with the JobSet and LeaderWorkerSet controllers running too.
     pub async fn start_with_workload_controllers(nodes: u32) -> Env {
-        Self::start_with(nodes, true).await
+        Self::start_configured(nodes, |o| o.workload_controllers = true).await
     }
 
-    async fn start_with(nodes: u32, workload_controllers: bool) -> Env {
+    /// As [`Env::start`], with the control plane's options changed by `configure`.
+    pub async fn start_configured(
+        nodes: u32,
+        configure: impl FnOnce(&mut kube_testenv::InstanceOptions),
+    ) -> Env {
         init_tracing();
         let slurm = tokio::task::spawn_blocking(move || {
             slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
@@ -82,7 +86,7 @@ impl Env {
                 "true".into(),
             );
         }
-        opts.workload_controllers = workload_controllers;
+        configure(&mut opts);
         let kube_env = kube_testenv::Instance::start(opts)
             .await
             .expect("start the Kubernetes control plane");
@@ -533,5 +537,29 @@ impl SlurmJobs for Gated {
 impl SlurmNodes for Gated {
     async fn list_nodes(&self) -> Result<Vec<slurm_rest::models::Node>, slurm_rest::Error> {
         SlurmNodes::list_nodes(&self.inner).await
+    }
+}
+
+impl Env {
+    /// As [`Env::wait_bound`], for pods in namespace `ns`.
+    pub async fn wait_bound_in(&self, ns: &str, names: &[String], timeout: Duration) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut pods = Vec::new();
+            for n in names {
+                if let Some(p) = api.get_opt(n).await.unwrap() {
+                    pods.push(p);
+                }
+            }
+            if pods.len() == names.len() && pods.iter().all(node_name_is_set) {
+                return pods;
+            }
+            if Instant::now() > deadline {
+                let states: Vec<String> = pods.iter().map(describe).collect();
+                panic!("pods not bound within {timeout:?}:\n{}", states.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

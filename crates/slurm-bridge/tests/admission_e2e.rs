@@ -1,0 +1,693 @@
+//! The admission webhooks against a real API server (kube-testenv): registered through
+//! Mutating- and ValidatingWebhookConfigurations (failurePolicy Fail) with a caBundle, called
+//! over TLS on 127.0.0.1, served in-process.
+//!
+//! - pods created in a managed namespace (kube client and kubectl) get the bridge scheduler and
+//!   are bound through Slurm; a forged jobid label is refused with the reference message; a
+//!   running pod's jobid label cannot change; another scheduler's pod is left alone; bad
+//!   AdmissionReviews get 400 and the webhook goes on; a certificate rotated while serving;
+//! - self-managed certificates: the bridge fills the caBundle and the API server calls it;
+//!   then 1,000 pod creations through both webhooks, with the latency figures.
+
+mod e2e;
+
+use e2e::{Env, SCHEDULER};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use prometheus_client::registry::Registry;
+use rustls::pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use slurm_bridge::admission::{self, AdmissionOptions, certs::SelfManaged, validate};
+use slurm_bridge::config::Config;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+
+const MANAGED_NS: &str = "hpc";
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "sb-admission-e2e-{tag}-{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Registers both webhooks at `addr` (failurePolicy Fail), with `ca` as caBundle (none: left
+/// for the bridge to fill).
+async fn register(client: &kube::Client, name: &str, addr: SocketAddr, ca: Option<&str>) {
+    use base64::Engine;
+    let client_config = |path: &str| {
+        let mut c = json!({"url": format!("https://{addr}{path}")});
+        if let Some(ca) = ca {
+            c["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
+        }
+        c
+    };
+    let hook = |resources: Value, cc: Value| {
+        json!({
+            "name": "pods.slinky.slurm.net",
+            "clientConfig": cc,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                       "resources": resources, "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        })
+    };
+    let m = hook(json!(["pods"]), client_config("/mutate--v1-pod"));
+    let v = hook(
+        json!(["pods", "pods/resize"]),
+        client_config("/validate--v1-pod"),
+    );
+    let mc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name}, "webhooks": [m],
+    }))
+    .unwrap();
+    let vc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name}, "webhooks": [v],
+    }))
+    .unwrap();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mc)
+        .await
+        .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &vc)
+        .await
+        .unwrap();
+}
+
+async fn create_namespace(client: &kube::Client, name: &str, labels: Value) {
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// A pod that names no scheduler.
+fn plain_pod(name: &str, ns: &str, extra: Value) -> Pod {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
+                                  "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}]},
+    });
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, x) in e {
+            match (o.get_mut(k), x) {
+                (Some(Value::Object(a)), Value::Object(b)) => {
+                    for (k2, x2) in b {
+                        a.insert(k2.clone(), x2.clone());
+                    }
+                }
+                _ => {
+                    o.insert(k.clone(), x.clone());
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn scheduler_of(p: &Pod) -> &str {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or_default()
+}
+
+struct Webhook {
+    handle: admission::AdmissionHandle,
+    stop: watch::Sender<bool>,
+    registry: Registry,
+}
+
+async fn start_webhook(
+    client: &kube::Client,
+    cfg: Config,
+    cert_dir: &Path,
+    self_managed: Option<SelfManaged>,
+) -> Webhook {
+    let mut opts = AdmissionOptions::new(cfg);
+    opts.listen = "127.0.0.1:0".parse().unwrap();
+    opts.cert_dir = cert_dir.to_path_buf();
+    opts.cert_poll_interval = Duration::from_millis(200);
+    opts.self_managed = self_managed;
+    let mut registry = Registry::default();
+    let (stop, mut stop_rx) = watch::channel(false);
+    let handle = admission::start(
+        client.clone(),
+        opts,
+        &mut registry,
+        watch::channel(true).1,
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    )
+    .await
+    .expect("start the webhooks");
+    let mut ready = handle.ready.clone();
+    tokio::time::timeout(Duration::from_secs(30), ready.wait_for(|r| *r))
+        .await
+        .expect("webhooks ready")
+        .unwrap();
+    Webhook {
+        handle,
+        stop,
+        registry,
+    }
+}
+
+/// Creates `pod`, retrying while the API server has not yet picked up a webhook configuration
+/// change (it answers with a webhook call failure until then).
+async fn create_retrying(api: &Api<Pod>, pod: &Pod) -> Pod {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.create(&PostParams::default(), pod).await {
+            Ok(p) => return p,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!(
+                    "create {}: {e}; retrying",
+                    pod.metadata.name.as_deref().unwrap_or("")
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("create failed: {e}"),
+        }
+    }
+}
+
+/// One HTTPS POST on a fresh connection: (status, body, leaf certificate DER).
+async fn https_post(
+    addr: SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(admission::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string()).unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let leaf = s.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body, leaf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
+    let mut env = Env::start(3).await;
+    env.start_scheduler().await;
+    let client = env.kube.clone();
+    create_namespace(&client, MANAGED_NS, json!({})).await;
+
+    // Certificates provided in the cert dir (made here with the bridge's own generator).
+    let dir = temp_dir("provided");
+    let sm = SelfManaged::new(dir.clone(), vec!["127.0.0.1".into()], vec![]);
+    sm.ensure_files(SystemTime::now()).unwrap();
+    let ca = sm.ca_bundle().unwrap();
+    let cfg = Config {
+        scheduler_name: SCHEDULER.into(),
+        managed_namespaces: vec![MANAGED_NS.into()],
+        ..Default::default()
+    };
+    let hook = start_webhook(&client, cfg, &dir, None).await;
+    let addr = hook.handle.local_addr;
+    register(&client, "slurm-bridge-admission", addr, Some(&ca)).await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
+    // Through the kube client, with a nodeName that must be cleared.
+    let created = create_retrying(
+        &pods,
+        &plain_pod(
+            "via-api",
+            MANAGED_NS,
+            json!({"spec": {"nodeName": "node-2"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        scheduler_of(&created),
+        SCHEDULER,
+        "mutated to the bridge scheduler"
+    );
+    assert!(
+        created.spec.as_ref().unwrap().node_name.is_none(),
+        "nodeName cleared"
+    );
+
+    // Through kubectl.
+    let manifest = dir.join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: via-kubectl\n  namespace: {MANAGED_NS}\nspec:\n  containers:\n  - name: main\n    image: busybox\n    command: [sleep, infinity]\n    resources:\n      requests: {{cpu: \"1\", memory: 100Mi}}\n"
+        ),
+    )
+    .unwrap();
+    env.kube_env
+        .kubectl(&["apply", "-f", manifest.to_str().unwrap()])
+        .expect("kubectl apply");
+    let via_kubectl = pods.get("via-kubectl").await.unwrap();
+    assert_eq!(scheduler_of(&via_kubectl), SCHEDULER);
+
+    // Both end up bound through Slurm without naming the scheduler.
+    let names = vec!["via-api".to_string(), "via-kubectl".to_string()];
+    let bound = env
+        .wait_bound_in(MANAGED_NS, &names, Duration::from_secs(60))
+        .await;
+    for p in &bound {
+        assert!(
+            p.labels()
+                .contains_key(slurm_bridge::wellknown::LABEL_SLURM_JOBID),
+            "{} has a Slurm job id",
+            p.metadata.name.as_deref().unwrap_or_default()
+        );
+    }
+
+    // A forged jobid label is refused with the reference message.
+    let forged = plain_pod(
+        "forged",
+        MANAGED_NS,
+        json!({"metadata": {"labels": {slurm_bridge::wellknown::LABEL_SLURM_JOBID: "42"}}}),
+    );
+    let err = pods
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(validate::MSG_JOBID_LABEL), "{err}");
+    // So is the kubectl equivalent.
+    let forged_yaml = dir.join("forged.yaml");
+    std::fs::write(
+        &forged_yaml,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: forged2\n  namespace: {MANAGED_NS}\n  annotations:\n    slinky.slurm.net/slurm-node: node-1\nspec:\n  containers:\n  - name: main\n    image: busybox\n"
+        ),
+    )
+    .unwrap();
+    let err = env
+        .kube_env
+        .kubectl(&["apply", "-f", forged_yaml.to_str().unwrap()])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(validate::MSG_NODE_ANNOTATION),
+        "{err}"
+    );
+
+    // A running pod's jobid label cannot change.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = pods.get("via-api").await.unwrap();
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "via-api not Running");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = pods
+        .patch(
+            "via-api",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {slurm_bridge::wellknown::LABEL_SLURM_JOBID: "999999"}}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(validate::MSG_RUNNING_JOBID),
+        "{err}"
+    );
+    // Other updates of a managed pod go through (no patch of the immutable schedulerName).
+    pods.patch(
+        "via-api",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+    )
+    .await
+    .expect("a plain label update is allowed");
+
+    // Another scheduler's pod in a managed namespace is left alone (no rewrite, no checks).
+    let custom = pods
+        .create(
+            &PostParams::default(),
+            &plain_pod(
+                "custom",
+                MANAGED_NS,
+                json!({"spec": {"schedulerName": "custom-scheduler", "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}}),
+            ),
+        )
+        .await
+        .expect("another scheduler's pod is not validated");
+    assert_eq!(scheduler_of(&custom), "custom-scheduler");
+    // A pod outside the managed namespaces keeps the default scheduler.
+    let outside = Api::<Pod>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &plain_pod("outside", "default", json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scheduler_of(&outside), "default-scheduler");
+
+    // Bad AdmissionReviews: 400 with a message; the webhook keeps serving.
+    for body in [
+        &b"not json"[..],
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+        br#"{"kind":"Pod"}"#,
+    ] {
+        let (status, msg, _) = https_post(addr, &ca, "/validate--v1-pod", body).await;
+        assert_eq!(status, 400, "{msg}");
+        assert!(!msg.trim().is_empty());
+    }
+
+    // A certificate rotated while serving: new files in the cert dir; new connections get the
+    // new certificate, and the API server (same CA) goes on calling the webhook.
+    let (_, _, before) = https_post(addr, &ca, "/validate--v1-pod", b"x").await;
+    std::fs::remove_file(dir.join("tls.crt")).unwrap();
+    sm.ensure_files(SystemTime::now()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, _, now) = https_post(addr, &ca, "/validate--v1-pod", b"x").await;
+        if now != before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "new certificate not served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = pods
+        .create(
+            &PostParams::default(),
+            &plain_pod("after-rotation", MANAGED_NS, json!({})),
+        )
+        .await
+        .expect("the API server calls the webhook with the rotated certificate");
+    assert_eq!(scheduler_of(&after), SCHEDULER);
+    env.wait_bound_in(
+        MANAGED_NS,
+        &["after-rotation".to_string()],
+        Duration::from_secs(60),
+    )
+    .await;
+
+    hook.stop.send_replace(true);
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(hook.registry);
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn self_managed_certificates_fill_the_ca_bundle() {
+    e2e::init_tracing();
+    let kube_env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::with_nodes(0))
+        .await
+        .expect("start the Kubernetes control plane");
+    let client = kube_env.client();
+    // Managed by a namespace selector this time (watch cache).
+    create_namespace(&client, MANAGED_NS, json!({"slurm-bridge": "managed"})).await;
+    create_namespace(&client, "web", json!({"slurm-bridge": "no"})).await;
+    let dir = temp_dir("self-managed");
+    // The webhook must be registered first to know its port: bind, then register without a
+    // caBundle (calls fail, and with failurePolicy Fail so do pod creations, until the bridge
+    // has filled it).
+    let cfg = Config {
+        scheduler_name: SCHEDULER.into(),
+        managed_namespace_selector: Some(
+            serde_json::from_value(json!({"matchLabels": {"slurm-bridge": "managed"}})).unwrap(),
+        ),
+        ..Default::default()
+    };
+    let mut sm = SelfManaged::new(
+        dir.clone(),
+        vec!["127.0.0.1".into()],
+        vec!["slurm-bridge-admission".into()],
+    );
+    sm.check_interval = Duration::from_millis(500);
+    let hook = start_webhook(&client, cfg, &dir, Some(sm.clone())).await;
+    register(
+        &client,
+        "slurm-bridge-admission",
+        hook.handle.local_addr,
+        None,
+    )
+    .await;
+
+    // The bridge fills both configurations' caBundle with its CA.
+    let ca = sm.ca_bundle().expect("CA written");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .get("slurm-bridge-admission")
+            .await
+            .unwrap();
+        let v = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .get("slurm-bridge-admission")
+            .await
+            .unwrap();
+        let bundle = |b: Option<&k8s_openapi::ByteString>| b.map(|b| b.0.clone());
+        let mb = bundle(
+            m.webhooks.as_ref().unwrap()[0]
+                .client_config
+                .ca_bundle
+                .as_ref(),
+        );
+        let vb = bundle(
+            v.webhooks.as_ref().unwrap()[0]
+                .client_config
+                .ca_bundle
+                .as_ref(),
+        );
+        if mb.as_deref() == Some(ca.as_bytes()) && vb.as_deref() == Some(ca.as_bytes()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "caBundle not synced");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The API server calls the webhook successfully.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
+    let p = create_retrying(&pods, &plain_pod("first", MANAGED_NS, json!({}))).await;
+    assert_eq!(scheduler_of(&p), SCHEDULER);
+    let web = Api::<Pod>::namespaced(client.clone(), "web")
+        .create(&PostParams::default(), &plain_pod("w", "web", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        scheduler_of(&web),
+        "default-scheduler",
+        "selector does not match"
+    );
+    // A namespace created just now (maybe not in the watch cache yet) is handled too.
+    create_namespace(&client, "fresh", json!({"slurm-bridge": "managed"})).await;
+    let fresh = Api::<Pod>::namespaced(client.clone(), "fresh")
+        .create(&PostParams::default(), &plain_pod("f", "fresh", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(scheduler_of(&fresh), SCHEDULER);
+
+    // Someone (a Helm upgrade) resets the caBundle: the bridge puts it back.
+    let mut m = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get("slurm-bridge-admission")
+        .await
+        .unwrap();
+    m.webhooks.as_mut().unwrap()[0].client_config.ca_bundle = None;
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .replace("slurm-bridge-admission", &PostParams::default(), &m)
+        .await
+        .unwrap();
+    let p = create_retrying(&pods, &plain_pod("second", MANAGED_NS, json!({}))).await;
+    assert_eq!(scheduler_of(&p), SCHEDULER);
+
+    // Benchmark: 1,000 pod creations through both webhooks (16 at a time).
+    let n = 1000;
+    let started = Instant::now();
+    let sem = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let pods = pods.clone();
+        let sem = sem.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = sem.acquire().await.unwrap();
+            let t = Instant::now();
+            let p = pods
+                .create(
+                    &PostParams::default(),
+                    &plain_pod(&format!("bench-{i}"), MANAGED_NS, json!({})),
+                )
+                .await
+                .expect("create");
+            assert_eq!(scheduler_of(&p), SCHEDULER);
+            t.elapsed()
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.push(t.await.unwrap());
+    }
+    let wall = started.elapsed();
+    lat.sort();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &hook.registry).unwrap();
+    let server_side: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("slurm_bridge_admission_duration_seconds_sum")
+                || l.starts_with("slurm_bridge_admission_duration_seconds_count")
+        })
+        .collect();
+    eprintln!(
+        "BENCH admission: {n} pod creations through both webhooks, 16 concurrent, in {wall:?}: create latency p50 {:?}, p99 {:?}, max {:?}; webhook server side: {server_side:?}",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat[lat.len() - 1],
+    );
+    hook.stop.send_replace(true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `slurm-bridge run` serves the webhooks too: self-managed certificates, the caBundle filled
+/// by the process, pods in the managed namespace scheduled through Slurm, a clean SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_serves_the_webhooks_with_self_managed_certificates() {
+    use std::process::{Command, Stdio};
+    let env = Env::start(2).await;
+    let client = env.kube.clone();
+    create_namespace(&client, MANAGED_NS, json!({})).await;
+    let dir = temp_dir("run");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    register(&client, "slurm-bridge-admission", addr, None).await;
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: {SCHEDULER}\nslurmRestApi: {}\npartition: slurm-bridge\nmanagedNamespaces: [{MANAGED_NS}]\n",
+            env.slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("run.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .args([
+            "--leader-elect=false",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+            "--slurm-poll-interval",
+            "200ms",
+            "--listen",
+            &addr.to_string(),
+            "--cert-dir",
+        ])
+        .arg(dir.join("certs"))
+        .args([
+            "--self-signed-names",
+            "127.0.0.1",
+            "--webhook-configurations",
+            "slurm-bridge-admission",
+            "--self-signed-check-interval",
+            "1s",
+        ])
+        .env("KUBECONFIG", env.kube_env.kubeconfig())
+        .env("SLURM_JWT_FILE", env.slurm.token_file())
+        .env_remove("SLURM_JWT")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start slurm-bridge run");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
+    let p = create_retrying(&pods, &plain_pod("by-run", MANAGED_NS, json!({}))).await;
+    assert_eq!(scheduler_of(&p), SCHEDULER);
+    env.wait_bound_in(MANAGED_NS, &["by-run".to_string()], Duration::from_secs(90))
+        .await;
+    let err = pods
+        .create(
+            &PostParams::default(),
+            &plain_pod(
+                "forged",
+                MANAGED_NS,
+                json!({"metadata": {"labels": {slurm_bridge::wellknown::LABEL_SLURM_JOBID: "1"}}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(validate::MSG_JOBID_LABEL), "{err}");
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    assert!(log.contains("caBundle updated"), "log:\n{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
