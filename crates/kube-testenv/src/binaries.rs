@@ -77,6 +77,28 @@ pub const LWS: GoModule = GoModule {
     ldflags: "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0",
 };
 
+/// Helm 3, for the chart tests (`helm lint`, `helm template`, `helm install`). Its k8s.io
+/// libraries are the ones helm pins (v0.37), independent of the control plane's module.
+pub const HELM: GoModule = GoModule {
+    name: "helm",
+    files: module_files!("helm": "go.mod", "go.sum", "tools.go"),
+    commands: &[("helm", "helm.sh/helm/v3/cmd/helm")],
+    ldflags: concat!(
+        "-s -w",
+        " -X helm.sh/helm/v3/internal/version.version=v3.22.0",
+        " -X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+        " -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+        " -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36",
+        " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+        " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36",
+    ),
+};
+
+/// The `helm` binary, built (once, cached) from [`HELM`].
+pub fn helm() -> Result<PathBuf> {
+    Ok(ensure(&HELM)?.join("helm"))
+}
+
 impl GoModule {
     fn text(&self, file: &str) -> &'static str {
         self.files
@@ -313,6 +335,16 @@ mod tests {
             JOBSET
                 .ldflags
                 .ends_with(JOBSET.pinned().split(' ').nth(1).unwrap())
+        );
+    }
+
+    #[test]
+    fn helm_reports_the_pinned_version() {
+        let version = HELM.pinned().split(' ').nth(1).unwrap().to_string();
+        assert_eq!(HELM.pinned(), "helm.sh/helm/v3 v3.22.0");
+        assert!(
+            HELM.ldflags
+                .contains(&format!("version.version={version} "))
         );
     }
 

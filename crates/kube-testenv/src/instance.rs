@@ -545,6 +545,31 @@ impl Instance {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Runs `helm ARGS` against this instance (`KUBECONFIG` set, helm's own state in the
+    /// instance's folder); returns stdout, or an error with stderr. Builds helm the first time.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        let helm = binaries::helm()?;
+        let home = self.dir.join("helm");
+        let out = Command::new(helm)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io("run helm"))?;
+        if !out.status.success() {
+            return Err(Error::Invalid(format!(
+                "helm {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// `KUBECONFIG=...` as `up` prints it.
     pub fn env_lines(&self) -> String {
         env_lines(&self.dir)

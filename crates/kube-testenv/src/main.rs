@@ -98,7 +98,8 @@ enum Cmd {
     },
     /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
-    /// Build (or check) the cached Kubernetes, etcd, JobSet and LeaderWorkerSet binaries only.
+    /// Build (or check) the cached Kubernetes, etcd, JobSet and LeaderWorkerSet binaries, and the
+    /// chart tests' helm.
     Prepare,
 }
 
@@ -154,6 +155,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             for dir in kube_testenv::prepare(true)? {
                 eprintln!("kube-testenv: binaries ready in {}", dir.display());
             }
+            // The chart tests' helm (not needed by an instance).
+            let helm = kube_testenv::binaries::helm()?;
+            eprintln!("kube-testenv: helm ready at {}", helm.display());
             Ok(ExitCode::SUCCESS)
         }
     }

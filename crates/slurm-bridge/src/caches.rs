@@ -9,6 +9,7 @@ use crate::scheduler::feasibility;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -98,10 +99,13 @@ pub struct Caches<S> {
     pub slurm_nodes: Arc<SlurmNodeCache<S>>,
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
+    /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
+    pub slices: Store<ResourceSlice>,
     /// Bumped when what placement reads of a node changes (not on heartbeats).
     pub node_generation: Arc<AtomicU64>,
     pod_changes: Fanout<Pod>,
     node_changes: Fanout<Node>,
+    slice_changes: Fanout<ResourceSlice>,
     /// True once every cache has its first full picture.
     synced: tokio::sync::watch::Sender<bool>,
 }
@@ -137,21 +141,25 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
         let slurm_nodes = SlurmNodeCache::new(slurm.clone(), opts.node_poll_interval);
         let (nodes, node_writer) = reflector::store::<Node>();
         let (pods, pod_writer) = reflector::store::<Pod>();
+        let (slices, slice_writer) = reflector::store::<ResourceSlice>();
         let caches = Arc::new(Caches {
             slurm,
             jobs,
             slurm_nodes,
             nodes,
             pods,
+            slices,
             node_generation: Default::default(),
             pod_changes: Fanout::default(),
             node_changes: Fanout::default(),
+            slice_changes: Fanout::default(),
             synced: tokio::sync::watch::channel(false).0,
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(caches.jobs.clone().run());
         tasks.spawn(caches.slurm_nodes.clone().run());
         tasks.spawn(reflect_nodes(client.clone(), node_writer, caches.clone()));
+        tasks.spawn(reflect_slices(client.clone(), slice_writer, caches.clone()));
         tasks.spawn(reflect_pods(
             client,
             opts.scheduler_name.clone(),
@@ -165,6 +173,7 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             waiter.slurm_nodes.wait_synced().await;
             let _ = waiter.nodes.wait_until_ready().await;
             let _ = waiter.pods.wait_until_ready().await;
+            let _ = waiter.slices.wait_until_ready().await;
             waiter.synced.send_replace(true);
         });
         (caches, CacheTasks(tasks))
@@ -185,6 +194,11 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
     /// Node changes from now on.
     pub fn node_changes(&self) -> mpsc::UnboundedReceiver<Change<Node>> {
         self.node_changes.subscribe()
+    }
+
+    /// ResourceSlice changes from now on.
+    pub fn slice_changes(&self) -> mpsc::UnboundedReceiver<Change<ResourceSlice>> {
+        self.slice_changes.subscribe()
     }
 }
 
@@ -245,6 +259,27 @@ async fn reflect_pods<S>(
             match &event {
                 Ok(event) => caches.pod_changes.send_event(event),
                 Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
+            }
+            futures::future::ready(())
+        })
+        .await
+}
+
+/// The ResourceSlice reflector (resource.k8s.io/v1). Managed fields are dropped as for pods.
+async fn reflect_slices<S>(
+    client: Client,
+    writer: reflector::store::Writer<ResourceSlice>,
+    caches: Arc<Caches<S>>,
+) {
+    let api: Api<ResourceSlice> = Api::all(client);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|s: &mut ResourceSlice| s.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                Ok(event) => caches.slice_changes.send_event(event),
+                Err(e) => tracing::warn!(error = %e, "watching ResourceSlices failed; retrying"),
             }
             futures::future::ready(())
         })

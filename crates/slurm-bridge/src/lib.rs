@@ -4,10 +4,12 @@
 //! subcommand ([`cli::translate`]) shows that mapping for manifests without a cluster.
 
 pub mod admission;
+pub mod backoff;
 pub mod caches;
 pub mod cli;
 pub mod config;
 pub mod controllers;
+pub mod events;
 pub mod leader;
 pub mod resources;
 pub mod scheduler;

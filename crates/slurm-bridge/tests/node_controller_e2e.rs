@@ -14,8 +14,8 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use slurm_bridge::controllers::node::slurm_view::CONDITION_TYPE;
 use slurm_bridge::controllers::node::{self, NodeControllerOptions, NodeMetrics};
+use slurm_bridge::slurm::NodeControl;
 use slurm_bridge::slurm::SlurmNodeCache;
-use slurm_bridge::slurm::node_control::NodeControl;
 use slurm_bridge::wellknown::{LABEL_EXTERNAL_NODE, TAINT_MANAGED_NODE};
 use slurm_rest::models::{JobDescMsg, JobFlag, JobState, Node as SlurmNode, NodeState, Shared};
 use std::future::Future;
@@ -73,6 +73,15 @@ impl Harness {
                     futures::future::ready(())
                 }),
         ));
+        // The ResourceSlice cache (no slices in these tests: registration from capacity).
+        let (slices, slice_writer) = kube::runtime::reflector::store();
+        let slice_api: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(kube.clone());
+        tasks.push(tokio::spawn(
+            watcher(slice_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(slice_writer)
+                .for_each(|_| futures::future::ready(())),
+        ));
         let cache = SlurmNodeCache::new(Arc::new(rest.clone()), Duration::from_millis(500));
         tasks.push(tokio::spawn(cache.clone().run()));
 
@@ -85,6 +94,8 @@ impl Harness {
             cache,
             store,
             rx,
+            slices,
+            futures::stream::empty(),
             NodeControllerOptions {
                 scheduler_name: e2e::SCHEDULER.into(),
                 workers: 2,

@@ -51,7 +51,7 @@ async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
         json!({
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "2"],
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "6"],
                             "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
         }),
     ))
@@ -60,6 +60,27 @@ async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
         .wait_bound(&["once".into()], Duration::from_secs(90))
         .await;
     let id = job_id_of(&bound[0]);
+
+    // `status` shows the running group with its Slurm job.
+    let status = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args(["status", "-o", "json", "--config"])
+        .arg(&config)
+        .env("KUBECONFIG", env.kube_env.kubeconfig())
+        .env("SLURM_JWT_FILE", env.slurm.token_file())
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let groups: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let group = &groups[0];
+    assert_eq!(group["group"], "default/once", "{groups}");
+    assert_eq!(group["job_id"], id, "{groups}");
+    assert_eq!(group["state"], "RUNNING", "{groups}");
+    assert_eq!(group["bound"], 1, "{groups}");
+
     env.wait_job_ended(id, Duration::from_secs(60)).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -512,13 +512,12 @@ struct DieAfterSubmit {
     submitted: tokio::sync::mpsc::UnboundedSender<u32>,
 }
 
-impl slurm_bridge::scheduler::slurm_ops::SchedulerSlurm for DieAfterSubmit {
+impl slurm_bridge::slurm::JobControl for DieAfterSubmit {
     async fn submit(
         &self,
         desc: &slurm_rest::models::JobDescMsg,
     ) -> Result<u32, slurm_rest::Error> {
-        let id =
-            slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::submit(&self.inner, desc).await?;
+        let id = slurm_bridge::slurm::JobControl::submit(&self.inner, desc).await?;
         let _ = self.submitted.send(id);
         std::future::pending().await
     }
@@ -527,10 +526,10 @@ impl slurm_bridge::scheduler::slurm_ops::SchedulerSlurm for DieAfterSubmit {
         id: u32,
         d: &slurm_rest::models::JobDescMsg,
     ) -> Result<(), slurm_rest::Error> {
-        slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::update(&self.inner, id, d).await
+        slurm_bridge::slurm::JobControl::update(&self.inner, id, d).await
     }
     async fn cancel(&self, id: u32) -> Result<(), slurm_rest::Error> {
-        slurm_bridge::scheduler::slurm_ops::SchedulerSlurm::cancel(&self.inner, id).await
+        slurm_bridge::slurm::JobControl::cancel(&self.inner, id).await
     }
 }
 

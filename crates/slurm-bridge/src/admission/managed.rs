@@ -59,23 +59,10 @@ pub fn needs_namespace(operation: Operation, pod: &Pod, scheduler_name: &str) ->
 /// Whether `selector` matches `labels` (Kubernetes label-selector semantics: every
 /// `matchLabels` pair and every expression must hold; the empty selector matches everything).
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    pairs && exprs
+    use kube::core::{Selector, SelectorExt};
+    // The config loader refuses unknown operators, so a selector that does not convert matches
+    // nothing rather than everything.
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// The namespace lookup failed (answered as an error, so with `failurePolicy: Fail` pods

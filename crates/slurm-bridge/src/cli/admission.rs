@@ -16,23 +16,6 @@ use tokio::sync::watch;
 /// Leader-election ID of the Go original's admission process.
 pub const LEASE_NAME: &str = "a1f3cd42.slinky.slurm.net";
 
-/// Parses a duration with `d` (days) or `h` (hours) as well as `ms`, `s`, `m`.
-pub fn parse_long_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    for (suffix, secs) in [("d", 86400.0), ("h", 3600.0)] {
-        if let Some(n) = t.strip_suffix(suffix) {
-            let n: f64 = n
-                .parse()
-                .map_err(|_| format!("invalid duration {s:?}: use e.g. 365d, 12h, 90m, 30s"))?;
-            if !(n > 0.0 && n.is_finite()) {
-                return Err(format!("invalid duration {s:?}: must be positive"));
-            }
-            return Ok(Duration::from_secs_f64(n * secs));
-        }
-    }
-    parse_duration(t)
-}
-
 /// The webhook server's flags, in `admission` and `run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookFlags {
@@ -65,14 +48,14 @@ pub struct WebhookFlags {
     )]
     pub webhook_configurations: Vec<String>,
     /// With --self-signed-names: lifetime of a serving certificate (e.g. 365d).
-    #[arg(long, default_value = "365d", value_parser = parse_long_duration)]
+    #[arg(long, default_value = "365d", value_parser = parse_duration)]
     pub self_signed_validity: Duration,
     /// With --self-signed-names: renew the serving certificate (and the CA) this long before
     /// it expires.
-    #[arg(long, default_value = "30d", value_parser = parse_long_duration)]
+    #[arg(long, default_value = "30d", value_parser = parse_duration)]
     pub self_signed_renew_before: Duration,
     /// With --self-signed-names: interval of the renewal check and caBundle sync.
-    #[arg(long, default_value = "1m", value_parser = parse_long_duration)]
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub self_signed_check_interval: Duration,
 }
 

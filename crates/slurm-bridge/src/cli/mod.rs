@@ -5,6 +5,7 @@ pub mod controllers;
 pub mod process;
 pub mod run;
 pub mod scheduler;
+pub mod status;
 pub mod translate;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,9 @@ pub enum Command {
     /// Everything in one process (the scheduler and the controllers, and the admission
     /// webhooks when --cert-dir or --self-signed-names is given), on shared caches.
     Run(run::RunArgs),
+    /// One line per pod group: pods bound, Slurm job, state, Slurm's reason, nodes ("why is my
+    /// pod pending?").
+    Status(status::StatusArgs),
 }
 
 /// Load the config: the given path, else the default path when it exists, else the empty
@@ -65,7 +69,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Long-running processes log their progress; the dry run only warnings.
     let default_level = match cli.command {
-        Command::Translate(_) => "warn",
+        Command::Translate(_) | Command::Status(_) => "warn",
         _ => "info,kube=warn,tower=warn,hyper=warn",
     };
     tracing_subscriber::fmt()
@@ -89,6 +93,7 @@ pub fn main() -> ExitCode {
             Command::Controllers(args) => Box::pin(controllers::run(cfg, args)),
             Command::Admission(args) => Box::pin(admission::run(cfg, args)),
             Command::Run(args) => Box::pin(run::run(cfg, args)),
+            Command::Status(args) => Box::pin(status::run(cfg, args)),
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };
     eprintln!("note: using {origin}");

@@ -4,8 +4,8 @@
 use super::process;
 use crate::config::Config;
 use crate::leader;
-use crate::scheduler::context::Slurm;
 use crate::scheduler::{self, SchedulerOptions};
+use crate::slurm::Slurm;
 use anyhow::{Context, bail};
 use futures::Stream;
 use prometheus_client::registry::Registry;
@@ -40,26 +40,26 @@ pub struct SchedulerArgs {
     pub shutdown_grace: Duration,
 }
 
-/// Parses `500ms`, `1s`, `2m` or a bare number of seconds.
+/// Parses a duration as `humantime` does (`500ms`, `1s`, `2m`, `12h`, `365d`, `1h 30m`), or a
+/// bare number of seconds; it must be positive.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let err =
-        || format!("invalid duration {s:?}: use a number with ms, s or m (e.g. 500ms, 1s, 2m)");
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
+    let err = |why: String| {
+        format!(
+            "invalid duration {s:?}: {why}; use a number with a unit, e.g. 500ms, 1s, 2m, 12h, 365d"
+        )
     };
-    let n: f64 = num.parse().map_err(|_| err())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(err()),
+    let d = if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+        s.parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| err(e.to_string()))?
+    } else {
+        humantime::parse_duration(s).map_err(|e| err(e.to_string()))?
     };
-    if !(secs > 0.0 && secs.is_finite()) {
-        return Err(err());
+    if d.is_zero() {
+        return Err(err("it must be positive".into()));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// The Slurm client from the config URL and `SLURM_JWT_FILE` (re-read when it changes), or
@@ -154,7 +154,8 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1s 500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("fast").unwrap_err().contains("500ms"));

@@ -13,9 +13,9 @@ pub mod pod;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
-use crate::scheduler::context::Slurm;
 use crate::scheduler::metrics::{Instrumented, Metrics};
-use crate::slurm::node_control::NodeControl;
+use crate::slurm::NodeControl;
+use crate::slurm::Slurm;
 use futures::StreamExt;
 use metrics::ControllerMetrics;
 use prometheus_client::registry::Registry;
@@ -163,6 +163,8 @@ pub fn run_with<S: Slurm + NodeControl>(
                     caches.slurm_nodes.clone(),
                     caches.nodes.clone(),
                     node_changes,
+                    caches.slices.clone(),
+                    slice_node_refs(caches.slice_changes()),
                     node_opts.clone(),
                     node_metrics.clone(),
                     until_true(stop_rx.clone()),
@@ -222,6 +224,27 @@ fn node_refs(
             crate::caches::Change::Applied(n) | crate::caches::Change::Deleted(n) => {
                 Some(kube::runtime::reflector::ObjectRef::from_obj(&*n))
             }
+            crate::caches::Change::Relisted => None,
+        })
+    })
+}
+
+/// The nodes whose ResourceSlices changed or went (slices without `spec.nodeName` name none).
+fn slice_node_refs(
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<
+        crate::caches::Change<k8s_openapi::api::resource::v1::ResourceSlice>,
+    >,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::Node>>
++ Send
++ 'static {
+    futures::stream::poll_fn(move |cx| changes.poll_recv(cx)).filter_map(|change| {
+        futures::future::ready(match change {
+            crate::caches::Change::Applied(s) | crate::caches::Change::Deleted(s) => s
+                .spec
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(kube::runtime::reflector::ObjectRef::new),
             crate::caches::Change::Relisted => None,
         })
     })

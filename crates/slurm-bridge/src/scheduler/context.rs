@@ -3,9 +3,8 @@
 use super::locks::GroupLocks;
 use super::metrics::Metrics;
 use super::pod_ops::PodWriter;
-use super::slurm_ops::SchedulerSlurm;
 use crate::config::Config;
-use crate::slurm::{JobEvent, JobWatcher, SlurmJobs, SlurmNodeCache, SlurmNodes};
+use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
 use crate::workload::ir::pod_key;
 use crate::workload::kube_reader::KubeReader;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -17,9 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Everything Slurm the scheduler needs; `slurm_rest::Client` implements it.
-pub trait Slurm: SchedulerSlurm + SlurmJobs + SlurmNodes {}
-impl<T: SchedulerSlurm + SlurmJobs + SlurmNodes> Slurm for T {}
+pub use crate::slurm::Slurm;
 
 /// Shared state of the scheduler.
 pub struct Ctx<S> {
@@ -30,6 +27,8 @@ pub struct Ctx<S> {
     pub slurm_nodes: Arc<SlurmNodeCache<S>>,
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
+    /// ResourceSlices: the nodes' DRA devices, for the claims made at bind time.
+    pub slices: Store<k8s_openapi::api::resource::v1::ResourceSlice>,
     pub reader: KubeReader,
     pub writer: PodWriter,
     pub locks: GroupLocks,
@@ -39,7 +38,7 @@ pub struct Ctx<S> {
     pub sent: Mutex<HashMap<u32, u64>>,
     /// Consecutive failures per pod, for backoff; pruned when the pod is deleted
     /// ([`Ctx::pod_event`]).
-    pub failures: Mutex<HashMap<String, u32>>,
+    pub failures: crate::backoff::Backoffs,
     /// True while this replica holds the leader lease (always, without leader election).
     pub leader: AtomicBool,
     /// Bumped when what placement reads of a node changes, to invalidate cached placements.
@@ -50,6 +49,12 @@ pub struct Ctx<S> {
     /// Groups whose job description Slurm rejected for good, not sent again until it or the
     /// nodes change ([`super::rejection`]).
     pub rejections: Mutex<super::rejection::Rejections>,
+}
+
+/// The per-pod backoff of scheduling passes ([`Ctx::backoff`]): 0.5 s, 1 s, 2 s ... capped at
+/// 15 s.
+pub fn pod_backoffs() -> crate::backoff::Backoffs {
+    crate::backoff::Backoffs::new(Duration::from_millis(500), Duration::from_secs(15))
 }
 
 /// Cached node filtering: the filter runs once per distinct set of pod constraints, not per pod.
@@ -168,13 +173,9 @@ impl<S: Slurm> Ctx<S> {
         self.leader.load(Ordering::Relaxed)
     }
 
-    /// Exponential backoff per pod: 0.5 s, 1 s, 2 s ... capped at 15 s.
+    /// The wait after one more failure of a pod's pass.
     pub fn backoff(&self, pod: &str) -> Duration {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = f.entry(pod.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        let ms = 500u64.saturating_mul(1 << (*n - 1).min(5));
-        Duration::from_millis(ms.min(15_000))
+        self.failures.next(pod)
     }
 
     pub fn succeeded(&self, pod: &str) {
@@ -183,10 +184,7 @@ impl<S: Slurm> Ctx<S> {
 
     /// Forgets a pod's failure count (the pod was deleted, or its pass succeeded).
     pub fn forget_pod(&self, pod: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(pod);
+        self.failures.forget(pod);
     }
 
     /// Forgets what is kept per job (the last description sent, the latency timers) once the job
@@ -221,10 +219,7 @@ impl<S: Slurm> Ctx<S> {
                 self.writer.forget_pod(&pod_key(pod));
             }
             watcher::Event::InitDone => {
-                self.failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .retain(|key, _| self.is_cached(key));
+                self.failures.retain(|key| self.is_cached(key));
                 self.writer.retain_pods(|key| self.is_cached(key));
             }
             _ => {}
@@ -259,6 +254,7 @@ mod tests {
     use super::*;
     use crate::scheduler::reconcile::{ReconcileError, error_policy};
     use crate::slurm::WatchedJob;
+    use crate::slurm::{JobControl, SlurmJobs, SlurmNodes};
     use crate::workload::admin_comment::AdminComment;
     use kube::runtime::reflector::{self, store::Writer};
     use slurm_rest::models::{JobDescMsg, JobInfo, JobState, JobStateEntry};
@@ -268,7 +264,7 @@ mod tests {
     #[derive(Default)]
     struct Nodes(Mutex<BTreeSet<&'static str>>);
 
-    impl SchedulerSlurm for Nodes {
+    impl JobControl for Nodes {
         async fn submit(&self, _: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
             unreachable!("no submit in these tests")
         }
@@ -329,12 +325,13 @@ mod tests {
             slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
             nodes: node_store,
             pods: pod_store,
+            slices: reflector::store().0,
             reader: KubeReader::new(client.clone()),
             writer: PodWriter::new(client, &config.scheduler_name),
             locks: Default::default(),
             metrics: Metrics::new(&mut Default::default()),
             sent: Default::default(),
-            failures: Default::default(),
+            failures: pod_backoffs(),
             leader: AtomicBool::new(true),
             node_generation: Default::default(),
             placements: Default::default(),
@@ -452,14 +449,14 @@ mod tests {
 
         pods.apply_watcher_event(&watcher::Event::Delete(a.clone()));
         ctx.pod_event(&watcher::Event::Delete(a));
-        assert_eq!(ctx.failures.lock().unwrap().len(), 1);
+        assert_eq!(ctx.failures.len(), 1);
 
         // Pod b was deleted while the watch was down: the relist reports no deletion.
         for event in [watcher::Event::Init, watcher::Event::InitDone] {
             pods.apply_watcher_event(&event);
             ctx.pod_event(&event);
         }
-        assert!(ctx.failures.lock().unwrap().is_empty());
+        assert!(ctx.failures.is_empty());
     }
 
     #[tokio::test]
@@ -475,16 +472,12 @@ mod tests {
         let a = pod("ns", "a");
         pods.apply_watcher_event(&watcher::Event::Apply(a.clone()));
         error_policy(Arc::new(a.clone()), &err(), ctx.clone());
-        assert_eq!(
-            ctx.failures.lock().unwrap().len(),
-            1,
-            "a live pod backs off"
-        );
+        assert_eq!(ctx.failures.len(), 1, "a live pod backs off");
 
         // The pass ended after the pod's deletion was seen.
         pods.apply_watcher_event(&watcher::Event::Delete(a.clone()));
         ctx.pod_event(&watcher::Event::Delete(a.clone()));
         error_policy(Arc::new(a), &err(), ctx.clone());
-        assert!(ctx.failures.lock().unwrap().is_empty());
+        assert!(ctx.failures.is_empty());
     }
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics of the scheduler, and a wrapper that measures every Slurm request.
 
-use super::slurm_ops::SchedulerSlurm;
+use crate::slurm::JobControl;
 use crate::slurm::{SlurmJobs, SlurmNodes};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -248,7 +248,7 @@ macro_rules! measured {
     }};
 }
 
-impl<S: SchedulerSlurm> SchedulerSlurm for Instrumented<S> {
+impl<S: JobControl> JobControl for Instrumented<S> {
     async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
         measured!(self, "job_submit", self.inner.submit(desc))
     }
@@ -270,6 +270,12 @@ impl<S: SlurmJobs> SlurmJobs for Instrumented<S> {
     async fn job(&self, job_id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
         measured!(self, "job", self.inner.job(job_id))
     }
+    async fn job_resources(
+        &self,
+        job_id: u32,
+    ) -> Result<Vec<slurm_rest::models::NodeResourceLayout>, slurm_rest::Error> {
+        measured!(self, "job_resources", self.inner.job_resources(job_id))
+    }
 }
 
 impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
@@ -278,9 +284,7 @@ impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
     }
 }
 
-impl<S: crate::slurm::node_control::NodeControl> crate::slurm::node_control::NodeControl
-    for Instrumented<S>
-{
+impl<S: crate::slurm::NodeControl> crate::slurm::NodeControl for Instrumented<S> {
     async fn node(&self, name: &str) -> Result<Option<Node>, slurm_rest::Error> {
         measured!(self, "node", self.inner.node(name))
     }

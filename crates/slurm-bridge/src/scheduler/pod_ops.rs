@@ -416,58 +416,18 @@ impl PodWriter {
         reason: &str,
         note: String,
     ) {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let pod_name = pod.name_any();
-        let mut note = note;
-        if note.len() > 1024 {
-            let mut cut = 1021;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
-        let event = json!({
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {
-                "name": format!("{pod_name}.{:x}", now.as_nanosecond()),
-                "namespace": pod.namespace(),
-            },
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-            "reportingController": self.scheduler_name,
-            "reportingInstance": self.instance,
-            "action": action,
-            "reason": reason,
-            "note": note,
-            "type": if warning { "Warning" } else { "Normal" },
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace(),
-                "name": pod_name,
-                "uid": pod.uid(),
-                "resourceVersion": pod.resource_version(),
-            },
-        });
-        let gvk = kube::api::GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
-        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "events");
-        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &pod.namespace().unwrap_or_default(),
-            &ar,
-        );
-        let obj: kube::api::DynamicObject = match serde_json::from_value(event) {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!(error = %e, pod = %pod_name, reason, "encoding an event failed");
-                return;
-            }
-        };
         writes.inc(write_kind::EVENT);
-        if let Err(e) = api.create(&PostParams::default(), &obj).await {
-            tracing::warn!(error = %e, pod = %pod_name, reason, "publishing an event failed");
-        }
+        let reporter = crate::events::Reporter {
+            controller: self.scheduler_name.clone(),
+            instance: self.instance.clone(),
+        };
+        let note = crate::events::Note {
+            warning,
+            action,
+            reason,
+            note,
+        };
+        crate::events::publish(&self.client, &reporter, pod, note).await;
     }
 
     /// The bridge toleration this writer adds.

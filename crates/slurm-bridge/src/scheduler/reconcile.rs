@@ -3,6 +3,7 @@
 //! every pod of the group once Slurm allocates.
 
 use super::assign::{self, AssignError};
+use super::claims::{self, ClaimError};
 use super::context::{Ctx, Slurm};
 use super::feasibility::slurm_node_name;
 use super::pod_ops::reason;
@@ -35,6 +36,8 @@ pub enum ReconcileError {
     Translate(#[from] TranslateError),
     #[error("{0}")]
     Assign(#[from] AssignError),
+    #[error("{0}")]
+    Claim(#[from] ClaimError),
     #[error("Slurm job {job_id} has a malformed node list {nodes:?}: {message}")]
     NodeList {
         job_id: u32,
@@ -869,6 +872,28 @@ async fn bind_allocation<S: Slurm>(
     }));
     let plan = assign::assign(&wanted, &kube);
     ctx.metrics.allocated(job.job_id);
+    // DRA: the devices each pod asking for them gets (no Slurm call for pods without).
+    let kube_to_slurm: BTreeMap<&String, &String> =
+        slurm_to_kube.iter().map(|(s, k)| (k, s)).collect();
+    let claim_plan = match claims::plan(ctx, job.job_id, &plan, &members, |k| {
+        kube_to_slurm
+            .get(&k.to_string())
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| k.to_string())
+    })
+    .await
+    {
+        Ok(c) => c,
+        Err((who, e)) => {
+            let message = format!("Slurm job {}: {e}", job.job_id);
+            let target = who
+                .and_then(|k| members.iter().find(|p| pod_key(p) == k).copied())
+                .unwrap_or(pod);
+            report(ctx, target, claims::REASON_CLAIM_FAILED, &message).await;
+            return Err(e.into());
+        }
+    };
+    let claim_plan = &claim_plan;
     let to_bind: Vec<(&Pod, &String)> = members
         .iter()
         .filter(|p| !is_bound(p))
@@ -877,7 +902,15 @@ async fn bind_allocation<S: Slurm>(
     let results = futures::future::join_all(to_bind.iter().map(|(p, node)| async move {
         let writes = &ctx.metrics.kube_writes;
         let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
-            Ok(()) => ctx.writer.bind(writes, p, node).await,
+            // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
+            Ok(()) => match claims::ensure_claim(ctx, claim_plan, p).await {
+                Ok(_) => ctx.writer.bind(writes, p, node).await,
+                Err(e) => {
+                    let message = format!("Slurm job {} on node {node}: {e}", job.job_id);
+                    report(ctx, p, claims::REASON_CLAIM_FAILED, &message).await;
+                    return Err(ReconcileError::Claim(e));
+                }
+            },
             Err(e) => Err(e),
         };
         match bound {
@@ -901,7 +934,7 @@ async fn bind_allocation<S: Slurm>(
                     job.job_id
                 );
                 report(ctx, p, reason::BINDING_FAILED, &message).await;
-                Err(e)
+                Err(e.into())
             }
         }
     }))
@@ -922,7 +955,7 @@ async fn bind_allocation<S: Slurm>(
         }
     }
     if let Some(e) = first_error {
-        return Err(e.into());
+        return Err(e);
     }
     ctx.metrics.group_bound(job.job_id, bound);
     tracing::info!(job_id = job.job_id, group = %tr.group_key, nodes, bound, "bound pods");

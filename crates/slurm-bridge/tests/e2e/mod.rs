@@ -12,9 +12,9 @@ use kube::{Client, ResourceExt};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use slurm_bridge::config::Config;
-use slurm_bridge::scheduler::context::Slurm;
-use slurm_bridge::scheduler::slurm_ops::SchedulerSlurm;
 use slurm_bridge::scheduler::{self, SchedulerHandle, SchedulerOptions};
+use slurm_bridge::slurm::JobControl;
+use slurm_bridge::slurm::Slurm;
 use slurm_bridge::slurm::{SlurmJobs, SlurmNodes};
 use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
 use slurm_bridge::workload::admin_comment::AdminComment;
@@ -499,7 +499,7 @@ pub struct Gated {
     pub writes: Arc<SlurmWrites>,
 }
 
-impl SchedulerSlurm for Gated {
+impl JobControl for Gated {
     async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
         self.writes.submits_entered.send_modify(|n| *n += 1);
         self.writes
@@ -508,17 +508,17 @@ impl SchedulerSlurm for Gated {
             .await
             .expect("the gate stays open")
             .forget();
-        let id = SchedulerSlurm::submit(&self.inner, desc).await?;
+        let id = JobControl::submit(&self.inner, desc).await?;
         self.writes.submitted.fetch_add(1, Ordering::SeqCst);
         Ok(id)
     }
     async fn update(&self, id: u32, desc: &JobDescMsg) -> Result<(), slurm_rest::Error> {
         self.writes.updated.fetch_add(1, Ordering::SeqCst);
-        SchedulerSlurm::update(&self.inner, id, desc).await
+        JobControl::update(&self.inner, id, desc).await
     }
     async fn cancel(&self, id: u32) -> Result<(), slurm_rest::Error> {
         self.writes.cancelled.fetch_add(1, Ordering::SeqCst);
-        SchedulerSlurm::cancel(&self.inner, id).await
+        JobControl::cancel(&self.inner, id).await
     }
 }
 

@@ -2,14 +2,12 @@
 
 use super::slurm_view::{CONDITION_TYPE, View};
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 /// Field manager of the node controller's patches; also the Events' reporting controller.
 pub const MANAGER: &str = "slinky.slurm.net/node-controller";
-/// Namespace of Events about nodes (cluster-scoped objects), as kubelet does.
-const EVENT_NAMESPACE: &str = "default";
 
 /// Writes to Nodes and Events.
 #[derive(Clone)]
@@ -93,51 +91,16 @@ impl NodeWriter {
 
     /// Records an `events.k8s.io/v1` Event about the node; failures are logged, never fatal.
     pub async fn event(&self, node: &Node, warning: bool, reason: &str, action: &str, note: &str) {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let name = node.name_any();
-        let mut note = note.to_string();
-        if note.len() > 1024 {
-            let mut cut = 1021;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
-        let event = json!({
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {
-                "name": format!("{name}.{:x}", now.as_nanosecond()),
-                "namespace": EVENT_NAMESPACE,
-            },
-            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-            "reportingController": MANAGER,
-            "reportingInstance": self.instance,
-            "action": action,
-            "reason": reason,
-            "note": note,
-            "type": if warning { "Warning" } else { "Normal" },
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": name,
-                "uid": node.uid(),
-            },
-        });
-        let gvk = kube::api::GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
-        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "events");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), EVENT_NAMESPACE, &ar);
-        let obj: DynamicObject = match serde_json::from_value(event) {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::debug!(error = %e, "encoding an event failed");
-                return;
-            }
+        let reporter = crate::events::Reporter {
+            controller: MANAGER.to_string(),
+            instance: self.instance.clone(),
         };
-        if let Err(e) = api.create(&PostParams::default(), &obj).await {
-            tracing::warn!(error = %e, node = %name, reason, "publishing an event failed");
-        }
+        let what = crate::events::Note {
+            warning,
+            action,
+            reason,
+            note: note.to_string(),
+        };
+        crate::events::publish(&self.client, &reporter, node, what).await;
     }
 }

@@ -30,7 +30,7 @@ pub mod taint;
 pub use metrics::NodeMetrics;
 
 use crate::scheduler::feasibility::slurm_node_name;
-use crate::slurm::node_control::NodeControl;
+use crate::slurm::NodeControl;
 use crate::slurm::{SlurmNodeCache, SlurmNodes};
 use crate::wellknown::{
     ANNOTATION_EXTERNAL_NODE_PARTITIONS, ANNOTATION_TOPOLOGY_SPEC, DEVICE_PLUGIN_GPUS,
@@ -39,6 +39,7 @@ use crate::wellknown::{
 use drain::{Removal, StateAction, decide, is_drained, is_external};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -95,10 +96,12 @@ struct Ctx<S, C> {
     opts: NodeControllerOptions,
     slurm: Arc<S>,
     slurm_nodes: Arc<SlurmNodeCache<C>>,
+    /// The ResourceSlices: each node's DRA devices ([`crate::resources::dra::NodeInventory`]).
+    slices: Store<ResourceSlice>,
     writer: NodeWriter,
     metrics: Arc<NodeMetrics>,
-    /// Consecutive failures per node (backoff).
-    failures: Mutex<HashMap<String, u32>>,
+    /// Backoff per node: 1 s, 2 s, 4 s, ... up to 5 minutes.
+    failures: crate::backoff::Backoffs,
     /// Warnings already published per node, so a retry does not repeat them.
     warned: Mutex<HashMap<String, BTreeSet<String>>>,
     /// The Slurm view last written per node, so a pass on a cache that does not show it yet
@@ -112,7 +115,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs the node controller until `stop` completes (then lets the passes in flight finish).
 /// The caches (`slurm_nodes`, `nodes`) must already be running; this waits until they are
-/// synced. Call it once per term of leadership.
+/// synced. Call it once per term of leadership. `slices` is the ResourceSlice cache and
+/// `slice_changes` the nodes whose slices changed (a changed device inventory re-registers the
+/// node through the same drain-then-recreate path as a capacity change).
 #[allow(clippy::too_many_arguments)]
 pub async fn run<S: NodeControl, C: SlurmNodes>(
     client: kube::Client,
@@ -120,6 +125,8 @@ pub async fn run<S: NodeControl, C: SlurmNodes>(
     slurm_nodes: Arc<SlurmNodeCache<C>>,
     nodes: Store<Node>,
     node_changes: impl Stream<Item = ObjectRef<Node>> + Send + 'static,
+    slices: Store<ResourceSlice>,
+    slice_changes: impl Stream<Item = ObjectRef<Node>> + Send + 'static,
     opts: NodeControllerOptions,
     metrics: Arc<NodeMetrics>,
     stop: impl Future<Output = ()> + Send + 'static,
@@ -130,6 +137,7 @@ pub async fn run<S: NodeControl, C: SlurmNodes>(
     let synced = async {
         slurm_nodes.wait_synced().await;
         let _ = nodes.wait_until_ready().await;
+        let _ = slices.wait_until_ready().await;
     };
     tokio::select! {
         _ = synced => {}
@@ -140,9 +148,10 @@ pub async fn run<S: NodeControl, C: SlurmNodes>(
         opts: opts.clone(),
         slurm,
         slurm_nodes,
+        slices,
         writer: NodeWriter::new(client),
         metrics,
-        failures: Default::default(),
+        failures: crate::backoff::Backoffs::new(Duration::from_secs(1), MAX_BACKOFF),
         warned: Default::default(),
         shown: Default::default(),
     });
@@ -166,7 +175,10 @@ pub async fn run<S: NodeControl, C: SlurmNodes>(
     )
     .with_config(ControllerConfig::default().concurrency(opts.workers.max(1)))
     .reconcile_all_on(resyncs)
-    .reconcile_on(futures::stream::select(node_triggers, slurm_triggers))
+    .reconcile_on(futures::stream::select(
+        futures::stream::select(node_triggers, slurm_triggers),
+        slice_changes,
+    ))
     .graceful_shutdown_on(graceful)
     .run(reconcile, error_policy, ctx)
     .for_each(|res| {
@@ -278,7 +290,7 @@ async fn reconcile<S: NodeControl, C: SlurmNodes>(
     let took = started.elapsed();
     ctx.metrics.observe(started, res.is_ok());
     if res.is_ok() {
-        lock(&ctx.failures).remove(&name);
+        ctx.failures.forget(&name);
     }
     tracing::debug!(node = %name, ?took, ok = res.is_ok(), "finished syncing node");
     res
@@ -291,13 +303,7 @@ fn error_policy<S: NodeControl, C: SlurmNodes>(
     ctx: Arc<Ctx<S, C>>,
 ) -> Action {
     let name = node.name_any();
-    let n = {
-        let mut f = lock(&ctx.failures);
-        let n = f.entry(name.clone()).or_default();
-        *n = n.saturating_add(1);
-        *n
-    };
-    let delay = Duration::from_secs(1u64 << (n - 1).min(9)).min(MAX_BACKOFF);
+    let delay = ctx.failures.next(&name);
     tracing::warn!(node = %name, error = %err, retry_in = ?delay, "node sync failed");
     Action::requeue(delay)
 }
@@ -382,7 +388,11 @@ async fn registration_step<S: NodeControl, C: SlurmNodes>(
             .map(|_| Removal::LabelRemoved);
         return Ok((None, removal));
     }
-    let d = match registration::desired(p.node) {
+    let inv = crate::resources::dra::NodeInventory::from_slices(
+        &p.name,
+        ctx.slices.state().iter().map(|s| s.as_ref()),
+    );
+    let d = match registration::desired(p.node, &inv) {
         Ok(d) => d,
         Err(e) => {
             p.warnings.push((

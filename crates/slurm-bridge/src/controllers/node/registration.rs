@@ -3,14 +3,18 @@
 //! changed node must be re-created. Pure: no I/O.
 //!
 //! Differences from the reference, on purpose:
-//! - CPUs, memory and GRES come from the node's capacity both when registering and when
-//!   deciding on re-creation, so the two always agree (quirk 7: the reference registered DRA CPU
-//!   counts and compared capacity counts, re-creating such nodes forever).
+//! - CPUs, memory and GRES are computed once, in [`desired`], and both registration and the
+//!   re-creation check use that one value (quirk 7: the reference registered DRA CPU counts and
+//!   compared capacity counts, re-creating nodes with E-cores forever). CPUs and cores come from
+//!   the node's `dra.cpu` ResourceSlices when it has them (E-cores excluded: Slurm does not
+//!   enumerate them), else from `capacity.cpu`; GPUs from its `gpu.nvidia.com` /
+//!   `gpu.example.com` slices (one `file=` per device), else from device-plugin capacity.
 //! - `NodeAddr=` is the node's InternalIP when it has one: slurmctld otherwise resolves the node
 //!   name through DNS, and stalls on names that do not resolve.
 //! - A Slurm name or topology string that would break the `node_conf` line is refused with a
 //!   message instead of sent.
 
+use crate::resources::dra::{DraError, NodeInventory};
 use crate::resources::quantity::{Quantity, QuantityError};
 use crate::scheduler::feasibility::slurm_node_name;
 use crate::wellknown::{
@@ -27,8 +31,11 @@ const MIB: i128 = 1024 * 1024;
 pub struct Desired {
     /// Slurm NodeName.
     pub slurm_name: String,
-    /// `ceil(capacity.cpu)`.
+    /// Slurm's CPUs: the non-E-core CPUs of the `dra.cpu` slices, else `ceil(capacity.cpu)`.
     pub cpus: u32,
+    /// Cores (`CoresPerSocket`, one socket): the abstract cores of the `dra.cpu` slices, else
+    /// `cpus`.
+    pub cores: u32,
     /// `capacity.memory` in MiB, rounded down.
     pub memory_mib: u64,
     /// GRES, e.g. `gpu:nvidia.com:4`; empty for none.
@@ -61,10 +68,12 @@ pub enum DesiredError {
         min: u32,
     },
     #[error(
-        "node has both nvidia.com/gpu and amd.com/gpu capacity; an external node takes one GPU \
-         type only"
+        "node has GPUs of two kinds (nvidia.com/gpu and amd.com/gpu capacity, or device-plugin \
+         capacity and GPU ResourceSlices); an external node takes one GPU type only"
     )]
     MixedGpus,
+    #[error("DRA devices: {0}")]
+    Dra(#[from] DraError),
     #[error(
         "Slurm node name {0:?} (label slinky.slurm.net/slurm-nodename or the node name) must be \
          non-empty, without spaces, quotes, '=' or ','"
@@ -170,8 +179,8 @@ fn conf_safe(s: &str) -> bool {
         .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '=' | ','))
 }
 
-/// The Slurm node `node` should be.
-pub fn desired(node: &Node) -> Result<Desired, DesiredError> {
+/// The Slurm node `node` should be, with its DRA devices `inv` (empty without slices).
+pub fn desired(node: &Node, inv: &NodeInventory) -> Result<Desired, DesiredError> {
     let slurm_name = slurm_node_name(node);
     if slurm_name.is_empty() || !conf_safe(&slurm_name) {
         return Err(DesiredError::SlurmName(slurm_name));
@@ -186,7 +195,19 @@ pub fn desired(node: &Node) -> Result<Desired, DesiredError> {
         .ok()
         .filter(|m| *m >= 1)
         .ok_or_else(|| out_of_range("memory", memory, 1))?;
-    let (gres, gres_conf) = gpu_gres(node)?;
+    let (mut cpus, mut cores) = (cpus, cpus);
+    if inv.cpus.slurm_cores() > 0 {
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        cpus = n(inv.cpus.slurm_cpus());
+        cores = n(inv.cpus.slurm_cores());
+    }
+    let (plugin_gres, plugin_conf) = gpu_gres(node)?;
+    let (dra_gres, dra_conf) = inv.gres_and_conf()?;
+    let (gres, gres_conf) = match (plugin_gres.is_empty(), dra_gres.is_empty()) {
+        (_, true) => (plugin_gres, plugin_conf),
+        (true, false) => (dra_gres, dra_conf),
+        (false, false) => return Err(DesiredError::MixedGpus),
+    };
     let topology = node
         .metadata
         .annotations
@@ -203,6 +224,7 @@ pub fn desired(node: &Node) -> Result<Desired, DesiredError> {
     Ok(Desired {
         slurm_name,
         cpus,
+        cores,
         memory_mib,
         gres,
         gres_conf,
@@ -220,8 +242,10 @@ pub fn node_conf(d: &Desired) -> String {
     if let Some(addr) = &d.address {
         conf.push_str(&format!(" NodeAddr={addr}"));
     }
+    let threads = d.cpus.checked_div(d.cores).unwrap_or(1).max(1);
     conf.push_str(&format!(
-        " Sockets=1 CoresPerSocket={cpus} ThreadsPerCore=1 CPUs={cpus} RealMemory={mem} State=External",
+        " Sockets=1 CoresPerSocket={cores} ThreadsPerCore={threads} CPUs={cpus} RealMemory={mem} State=External",
+        cores = d.cores,
         cpus = d.cpus,
         mem = d.memory_mib
     ));
@@ -324,6 +348,10 @@ mod tests {
         json!({"cpu": "4", "memory": "8Gi", "pods": "110"})
     }
 
+    fn desired_plain(n: &Node) -> Result<Desired, DesiredError> {
+        desired(n, &NodeInventory::default())
+    }
+
     #[test]
     fn node_conf_table() {
         let ext = json!({LABEL_EXTERNAL_NODE: ""});
@@ -358,7 +386,10 @@ mod tests {
             ),
         ];
         for (n, want) in cases {
-            assert_eq!(node_conf(&desired(&n).expect("desired")), want);
+            assert_eq!(
+                node_conf(&desired(&n, &NodeInventory::default()).expect("desired")),
+                want
+            );
         }
     }
 
@@ -407,7 +438,7 @@ mod tests {
             ),
         ];
         for (n, want) in cases {
-            assert_eq!(desired(&n), Err(want));
+            assert_eq!(desired(&n, &NodeInventory::default()), Err(want));
         }
     }
 
@@ -424,7 +455,7 @@ mod tests {
 
     #[test]
     fn needs_recreate_table() {
-        let d = desired(&node(
+        let d = desired_plain(&node(
             json!({}),
             json!({}),
             json!({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}),
@@ -443,7 +474,7 @@ mod tests {
             assert_eq!(recreate_reasons(&d, &s).len(), n, "{s:?}");
         }
         // Slurm has GRES, the node none (either spelling of "none" on Slurm's side matches).
-        let plain = desired(&node(json!({}), json!({}), std_cap())).unwrap();
+        let plain = desired_plain(&node(json!({}), json!({}), std_cap())).unwrap();
         assert_eq!(
             recreate_reasons(&plain, &slurm(4, 8192, "gpu:x:1")).len(),
             1
@@ -454,7 +485,8 @@ mod tests {
 
     #[test]
     fn features_and_topology_updates() {
-        let with = |ann: serde_json::Value| desired(&node(json!({}), ann, std_cap())).unwrap();
+        let with =
+            |ann: serde_json::Value| desired_plain(&node(json!({}), ann, std_cap())).unwrap();
         let s = slurm(4, 8192, "");
         // No annotation: features left alone.
         assert!(recreate_reasons(&with(json!({})), &s).is_empty());
@@ -492,6 +524,66 @@ mod tests {
                 .as_deref(),
             Some("")
         );
+    }
+
+    /// A node with a dra.cpu slice (2 sockets, SMT pairs, 2 E-cores) and 4 example GPUs:
+    /// registered with the slices' CPUs, cores and GRES, and the re-creation check compares the
+    /// same numbers (quirk 7: no perpetual re-creation).
+    #[test]
+    fn dra_slices_drive_registration() {
+        use k8s_openapi::api::resource::v1::ResourceSlice;
+        let mut cpus = Vec::new();
+        for socket in 0..2i64 {
+            for core in 0..2i64 {
+                for t in 0..2i64 {
+                    let id = socket * 4 + core + t * 8;
+                    cpus.push(json!({"name": format!("cpu{id}"), "attributes": {
+                        "dra.cpu/cpuID": {"int": id}, "dra.cpu/coreID": {"int": core},
+                        "dra.cpu/socketID": {"int": socket}, "dra.cpu/coreType": {"int": 1}}}));
+                }
+            }
+        }
+        for id in [16i64, 17] {
+            cpus.push(json!({"name": format!("cpu{id}"), "attributes": {
+                "dra.cpu/cpuID": {"int": id}, "dra.cpu/coreID": {"int": id},
+                "dra.cpu/socketID": {"int": 0}, "dra.cpu/coreType": {"int": 3}}}));
+        }
+        let slice = |name: &str, driver: &str, devices: serde_json::Value| -> ResourceSlice {
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
+                "driver": driver, "nodeName": "worker-1",
+                "pool": {"name": "worker-1", "generation": 1, "resourceSliceCount": 1},
+                "devices": devices}}))
+            .unwrap()
+        };
+        let gpus: Vec<_> = (0..4)
+            .map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"index": {"int": i}}}))
+            .collect();
+        let slices = [
+            slice("c", "dra.cpu", json!(cpus)),
+            slice("g", "gpu.example.com", json!(gpus)),
+        ];
+        let inv = NodeInventory::from_slices("worker-1", &slices);
+        let n = node(json!({}), json!({}), json!({"cpu": "10", "memory": "8Gi"}));
+        let d = desired(&n, &inv).unwrap();
+        assert_eq!(
+            node_conf(&d),
+            "NodeName=worker-1 NodeAddr=10.0.0.7 Sockets=1 CoresPerSocket=4 ThreadsPerCore=2 CPUs=8 RealMemory=8192 State=External Gres=\"gpu:gpu.example.com:4\" GresConf=\"count=4,name=gpu,type=gpu.example.com,file=gpu-0,file=gpu-1,file=gpu-2,file=gpu-3\""
+        );
+        let registered = slurm(8, 8192, "gpu:gpu.example.com:4(S:0)");
+        assert!(recreate_reasons(&d, &registered).is_empty());
+        // A GPU slice gone: re-created.
+        let fewer = NodeInventory::from_slices("worker-1", &slices[..1]);
+        assert_eq!(
+            recreate_reasons(&desired(&n, &fewer).unwrap(), &registered).len(),
+            1
+        );
+        // Device-plugin GPUs and GPU slices together: refused.
+        let both = node(
+            json!({}),
+            json!({}),
+            json!({"cpu": "10", "memory": "8Gi", "nvidia.com/gpu": "1"}),
+        );
+        assert_eq!(desired(&both, &inv), Err(DesiredError::MixedGpus));
     }
 
     #[test]

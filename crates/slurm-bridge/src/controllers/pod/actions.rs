@@ -3,7 +3,7 @@
 
 use super::decide::{Cause, JobView};
 use super::{PodCtx, PodError};
-use crate::scheduler::context::Slurm;
+use crate::slurm::Slurm;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -144,8 +144,11 @@ pub async fn cancel<S: Slurm>(ctx: &PodCtx<S>, job_id: u32, cause: Cause) -> Res
     Ok(())
 }
 
-/// Drops the bridge finalizer so the pod can go.
+/// Drops the bridge finalizer so the pod can go, after deleting the DRA ResourceClaim the
+/// scheduler made for it (reference §6.1; the claim goes first, so a failed delete keeps the
+/// finalizer and is retried while the pod still names the claim).
 pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodError> {
+    crate::scheduler::claims::delete_pod_claim(&ctx.client, pod).await?;
     ctx.writer
         .remove_finalizer(&ctx.metrics.kube_writes, pod)
         .await?;

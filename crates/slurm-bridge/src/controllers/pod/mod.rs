@@ -11,8 +11,8 @@ pub mod decide;
 
 use crate::caches::{Caches, Change};
 use crate::controllers::metrics::ControllerMetrics;
-use crate::scheduler::context::Slurm;
 use crate::scheduler::pod_ops::PodWriter;
+use crate::slurm::Slurm;
 use crate::slurm::{JobEvent, WatchedJob};
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::ir::pod_key;
@@ -61,8 +61,8 @@ pub struct PodCtx<S> {
     pub metrics: Arc<ControllerMetrics>,
     /// When each node was seen deleted (a deleted node has no condition to tell).
     gone_since: Mutex<HashMap<String, Instant>>,
-    /// Consecutive failures per pod, for backoff.
-    failures: Mutex<HashMap<String, u32>>,
+    /// Backoff per pod: 0.25 s doubling up to 30 s.
+    failures: crate::backoff::Backoffs,
 }
 
 impl<S: Slurm> PodCtx<S> {
@@ -79,7 +79,10 @@ impl<S: Slurm> PodCtx<S> {
             opts,
             metrics,
             gone_since: Default::default(),
-            failures: Default::default(),
+            failures: crate::backoff::Backoffs::new(
+                Duration::from_millis(250),
+                Duration::from_secs(30),
+            ),
         })
     }
 
@@ -162,17 +165,11 @@ impl<S: Slurm> PodCtx<S> {
     }
 
     fn backoff(&self, key: &str) -> Duration {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = f.entry(key.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        Duration::from_millis((250u64 << (*n - 1).min(7)).min(30_000))
+        self.failures.next(key)
     }
 
     fn succeeded(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.failures.forget(key);
     }
 }
 

@@ -1,7 +1,7 @@
 //! A recording fake of Slurm: a job table and a node list, the scheduler's writes (submit,
 //! update, cancel) recorded in order, and failures injected per call kind.
 
-use crate::scheduler::slurm_ops::SchedulerSlurm;
+use crate::slurm::JobControl;
 use crate::slurm::{SlurmJobs, SlurmNodes};
 use crate::workload::admin_comment::AdminComment;
 use slurm_rest::models::{JobDescMsg, JobInfo, JobState, JobStateEntry, SlurmErrorEntry};
@@ -167,7 +167,7 @@ impl FakeSlurm {
     }
 }
 
-impl SchedulerSlurm for FakeSlurm {
+impl JobControl for FakeSlurm {
     async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
         let mut s = self.state();
         s.calls.push(SlurmCall::Submit(desc.clone()));

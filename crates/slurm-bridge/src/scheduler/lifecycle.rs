@@ -1,0 +1,158 @@
+//! The leadership lifecycle: stand by, lead (the controller and the sweep run), stop when
+//! leadership is lost (passes in flight aborted) or at shutdown (passes in flight may finish).
+
+use super::context::{Ctx, Slurm};
+use super::metrics::{Instrumented, LifecycleMetrics};
+use super::triggers::Triggers;
+use super::{SchedulerOptions, reconcile, sweep};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::watcher;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::watch as tokio_watch;
+
+/// Waits until `leader` reads `want`; never returns if it cannot change any more.
+pub(super) async fn until_leadership(leader: &mut tokio_watch::Receiver<bool>, want: bool) {
+    if leader.wait_for(|l| *l == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves once `rx` reads true (or its sender is gone).
+pub(super) async fn until_true(mut rx: tokio_watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// How a term of leadership ended.
+pub(super) enum TermEnd {
+    Lost,
+    Shutdown,
+    /// The controller stopped by itself (not expected); it is started again.
+    Ended,
+}
+
+/// What the leadership loop needs.
+pub(super) struct Lifecycle<S: Slurm> {
+    pub(super) ctx: Arc<Ctx<Instrumented<S>>>,
+    pub(super) triggers: Arc<Triggers>,
+    pub(super) opts: SchedulerOptions,
+    pub(super) leader: tokio_watch::Receiver<bool>,
+    pub(super) ready: tokio_watch::Sender<bool>,
+    pub(super) leading: tokio_watch::Sender<bool>,
+    pub(super) metrics: LifecycleMetrics,
+}
+
+impl<S: Slurm> Lifecycle<S> {
+    /// Stands by, leads while the leader signal says so, and stops at `shutdown`.
+    pub(super) async fn lead_until(
+        &mut self,
+        mut shutdown: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = until_leadership(&mut self.leader, true) => {}
+            }
+            tracing::info!("leading: scheduling");
+            self.ctx.leader.store(true, Ordering::SeqCst);
+            self.leading.send_replace(true);
+            self.metrics.leader.set(1);
+            let (stop_tx, stop_rx) = tokio_watch::channel(false);
+            let mut term = Box::pin(self.term(stop_rx));
+            let end = tokio::select! {
+                _ = &mut term => TermEnd::Ended,
+                _ = until_leadership(&mut self.leader, false) => TermEnd::Lost,
+                _ = &mut shutdown => TermEnd::Shutdown,
+            };
+            match end {
+                TermEnd::Lost => {
+                    tracing::warn!("leadership lost: aborting the passes in flight");
+                }
+                TermEnd::Ended => tracing::warn!("the controller stopped; starting it again"),
+                TermEnd::Shutdown => {
+                    // Readiness first, then no new pass; the passes in flight may finish.
+                    self.ready.send_replace(false);
+                    let _ = stop_tx.send(true);
+                    let grace = self.opts.shutdown_grace;
+                    tracing::info!(?grace, "shutting down: letting the passes in flight finish");
+                    tokio::select! {
+                        done = tokio::time::timeout(grace, &mut term) => if done.is_err() {
+                            tracing::warn!(?grace, "shutdown grace over: aborting the passes still in flight");
+                        },
+                        _ = until_leadership(&mut self.leader, false) => {
+                            tracing::warn!("leadership lost while shutting down: aborting the passes in flight");
+                        }
+                    }
+                }
+            }
+            // Stop: a pass that starts now does nothing, and dropping the controller aborts the
+            // passes still running at their next await.
+            self.ctx.leader.store(false, Ordering::SeqCst);
+            self.triggers.close();
+            drop(term);
+            self.metrics.leader.set(0);
+            self.leading.send_replace(false);
+            if matches!(end, TermEnd::Shutdown) {
+                return;
+            }
+        }
+    }
+
+    /// One term of leadership: the controller (a pass for every cached pod first, then pod and
+    /// job triggers) and the sweep, until `stop` reads true and the passes in flight are done.
+    pub(super) fn term(
+        &self,
+        stop: tokio_watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + use<S> {
+        let queue = self.triggers.open();
+        let passes = self.metrics.passes.clone();
+        let controller = Controller::for_stream(
+            futures::stream::empty::<Result<Pod, watcher::Error>>(),
+            self.ctx.pods.clone(),
+        )
+        .with_config(ControllerConfig::default().concurrency(self.opts.concurrency))
+        .reconcile_all_on(futures::stream::once(async {}))
+        .reconcile_on(queue)
+        .graceful_shutdown_on(until_true(stop.clone()))
+        .run(
+            move |pod, ctx| {
+                passes.inc();
+                reconcile::reconcile(pod, ctx)
+            },
+            reconcile::error_policy,
+            self.ctx.clone(),
+        )
+        .for_each(|res| {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile error");
+            }
+            futures::future::ready(())
+        });
+        let sweep = sweep_until(self.ctx.clone(), self.opts.sweep_interval, stop);
+        async move {
+            futures::future::join(controller, sweep).await;
+        }
+    }
+}
+
+/// The sweep every `interval` until `stop` reads true (a sweep in flight finishes first).
+pub(super) async fn sweep_until<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    interval: Duration,
+    mut stop: tokio_watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if ctx.watcher.is_synced() {
+            sweep::sweep_once(&ctx).await;
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! DRA end to end on real Slurm (GresTypes=gpu) and the real control plane (resource.k8s.io/v1,
+//! DRAExtendedResource): node registration from ResourceSlices, claims naming exactly what Slurm
+//! allocated, device-plugin GPUs without claims, and claims deleted when their pods finish.
+//!
+//! kube-testenv's node agent runs no DRA driver: the test creates the DeviceClasses and
+//! ResourceSlices through the API, as a driver would.
+
+mod e2e;
+
+use e2e::controllers::Controllers;
+use e2e::{Env, NS};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const DRA_NODE: &str = "dra-1";
+const PLUGIN_NODE: &str = "plugin-1";
+
+/// Machine CPU id of (socket, core, thread) on the test node: 2 sockets x 2 cores x 2 threads,
+/// siblings numbered apart (0 and 4 are one core), then 2 E-cores (8, 9).
+fn cpu_id(socket: i64, core: i64, thread: i64) -> i64 {
+    socket * 2 + core + thread * 4
+}
+
+fn cpu_devices() -> Value {
+    let mut d = Vec::new();
+    for s in 0..2 {
+        for c in 0..2 {
+            for t in 0..2 {
+                let id = cpu_id(s, c, t);
+                d.push(json!({"name": format!("cpu{id}"), "attributes": {
+                    "dra.cpu/cpuID": {"int": id}, "dra.cpu/coreID": {"int": c},
+                    "dra.cpu/socketID": {"int": s}, "dra.cpu/coreType": {"int": 2}}}));
+            }
+        }
+    }
+    for (id, core) in [(8, 2), (9, 3)] {
+        d.push(json!({"name": format!("cpu{id}"), "attributes": {
+            "dra.cpu/cpuID": {"int": id}, "dra.cpu/coreID": {"int": core},
+            "dra.cpu/socketID": {"int": 0}, "dra.cpu/coreType": {"int": 3}}}));
+    }
+    json!(d)
+}
+
+/// Machine CPUs of abstract core `i` (cores sorted by socket, then core).
+fn machine_cpus(i: usize) -> [i64; 2] {
+    let (s, c) = ((i / 2) as i64, (i % 2) as i64);
+    [cpu_id(s, c, 0), cpu_id(s, c, 1)]
+}
+
+async fn setup_devices(env: &Env) {
+    let classes: Api<DeviceClass> = Api::all(env.kube.clone());
+    for class in ["dra.cpu", "gpu.example.com"] {
+        let dc: DeviceClass = serde_json::from_value(json!({
+            "metadata": {"name": class},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{class}\"")}}]},
+        }))
+        .unwrap();
+        classes.create(&PostParams::default(), &dc).await.unwrap();
+    }
+    let slices: Api<ResourceSlice> = Api::all(env.kube.clone());
+    let gpus: Vec<Value> = (0..4)
+        .map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"index": {"int": i}}}))
+        .collect();
+    for (name, driver, pool, devices) in [
+        ("dra-1-cpu", "dra.cpu", DRA_NODE, cpu_devices()),
+        ("dra-1-gpu", "gpu.example.com", "pool-numa0", json!(gpus)),
+    ] {
+        let s: ResourceSlice = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"driver": driver, "nodeName": DRA_NODE,
+                     "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices},
+        }))
+        .unwrap();
+        slices.create(&PostParams::default(), &s).await.unwrap();
+    }
+}
+
+async fn start() -> (Env, Controllers) {
+    let mut env = Env::start_configured(0, |o| {
+        let mut dra = kube_testenv::NodeSpec::standard(DRA_NODE);
+        let mut plugin = kube_testenv::NodeSpec::standard(PLUGIN_NODE);
+        plugin.capacity.insert("nvidia.com/gpu".into(), "2".into());
+        for n in [&mut dra, &mut plugin] {
+            n.labels.insert(
+                slurm_bridge::wellknown::LABEL_EXTERNAL_NODE.into(),
+                "true".into(),
+            );
+            // In the test partition (its node set selects the feature slurm-bridge).
+            n.annotations.insert(
+                slurm_bridge::wellknown::ANNOTATION_EXTERNAL_NODE_PARTITIONS.into(),
+                "slurm-bridge".into(),
+            );
+        }
+        o.nodes = vec![dra, plugin];
+    })
+    .await;
+    setup_devices(&env).await;
+    let controllers = Controllers::start(&env, |_| {}).await;
+    env.start_scheduler().await;
+    (env, controllers)
+}
+
+fn scontrol(env: &Env, args: &[&str]) -> String {
+    env.slurm.run(args).unwrap_or_default()
+}
+
+/// Waits until `scontrol show node <node>` contains every one of `want`.
+async fn wait_node(env: &Env, node: &str, want: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = scontrol(env, &["scontrol", "show", "node", node]);
+        if want.iter().all(|w| out.contains(w)) {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node}: want {want:?}; scontrol shows:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn dra_pod(name: &str, resource: &str, n: &str, command: &[&str]) -> Value {
+    e2e::pod(
+        name,
+        json!({}),
+        json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": command,
+            "resources": {"requests": {resource: n, "memory": "100Mi"}, "limits": {resource: n}}}]}),
+    )
+}
+
+fn claim_name(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|s| s.resource_claim_name.clone())
+}
+
+/// The claim's allocated (driver, pool, device) triples.
+fn allocated(c: &ResourceClaim) -> Vec<(String, String, String)> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.driver, r.pool, r.device))
+        .collect()
+}
+
+/// The GRES indices `scontrol show job -d` lists, e.g. `GRES=gpu:gpu.example.com:2(IDX:0-1)`.
+fn job_gres_indices(detail: &str) -> Vec<u32> {
+    let at = detail.find("(IDX:").expect("IDX in scontrol show job -d");
+    let rest = &detail[at + 5..];
+    let list = &rest[..rest.find(')').expect("closing parenthesis")];
+    slurm_bridge::resources::dra::parse_gres_index(list).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dra_registration_claims_and_cleanup() {
+    let (env, controllers) = start().await;
+
+    // Registration: CPUs and cores from the dra.cpu slice without its 2 E-cores, Gres/GresConf
+    // from the gpu.example.com slice; device-plugin GPUs on the other node.
+    let shown = wait_node(
+        &env,
+        DRA_NODE,
+        &[
+            "CPUTot=8",
+            "Gres=gpu:gpu.example.com:4",
+            "CoresPerSocket=4",
+            "ThreadsPerCore=2",
+        ],
+    )
+    .await;
+    println!("{shown}");
+    wait_node(&env, PLUGIN_NODE, &["Gres=gpu:nvidia.com:2"]).await;
+
+    // A GPU pod: bound with an allocated claim naming the GRES indices Slurm chose.
+    env.create_pod(dra_pod(
+        "gpu-pod",
+        "deviceclass.resource.kubernetes.io/gpu.example.com",
+        "2",
+        &["sleep", "8"],
+    ))
+    .await;
+    let pod = env
+        .wait_bound(&["gpu-pod".into()], Duration::from_secs(60))
+        .await
+        .remove(0);
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(DRA_NODE)
+    );
+    let job_id = e2e::job_id_of(&pod);
+    let name = claim_name(&pod).expect("extendedResourceClaimStatus set before binding");
+    let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
+    let claim = claims.get(&name).await.unwrap();
+    let detail = scontrol(
+        &env,
+        &["scontrol", "show", "-d", "job", &job_id.to_string()],
+    );
+    println!("{detail}");
+    let idx = job_gres_indices(&detail);
+    let want: Vec<(String, String, String)> = idx
+        .iter()
+        .take(2)
+        .map(|i| {
+            (
+                "gpu.example.com".to_string(),
+                "pool-numa0".to_string(),
+                format!("gpu-{i}"),
+            )
+        })
+        .collect();
+    assert_eq!(allocated(&claim), want, "claim {claim:?}");
+    let status = claim.status.as_ref().unwrap();
+    let reserved = status.reserved_for.as_ref().unwrap();
+    assert_eq!(reserved.len(), 1);
+    assert_eq!(Some(reserved[0].uid.clone()), pod.uid());
+    let selector = status
+        .allocation
+        .as_ref()
+        .and_then(|a| a.node_selector.as_ref())
+        .unwrap();
+    assert_eq!(
+        selector.node_selector_terms[0]
+            .match_fields
+            .as_ref()
+            .unwrap()[0]
+            .values,
+        Some(vec![DRA_NODE.to_string()])
+    );
+    let mappings = &pod
+        .status
+        .as_ref()
+        .unwrap()
+        .extended_resource_claim_status
+        .as_ref()
+        .unwrap()
+        .request_mappings;
+    assert_eq!(mappings.len(), 1);
+    assert_eq!(mappings[0].container_name, "main");
+    assert_eq!(
+        mappings[0].resource_name,
+        "deviceclass.resource.kubernetes.io/gpu.example.com"
+    );
+    println!(
+        "claim {name}: {}",
+        serde_json::to_string_pretty(&claim).unwrap()
+    );
+
+    // A device-plugin GPU pod: GRES, and no claim.
+    env.create_pod(e2e::pod(
+        "plugin-pod",
+        json!({}),
+        json!({"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
+            "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
+    ))
+    .await;
+    let plugin = env
+        .wait_bound(&["plugin-pod".into()], Duration::from_secs(60))
+        .await
+        .remove(0);
+    assert_eq!(
+        plugin.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(PLUGIN_NODE)
+    );
+    assert_eq!(claim_name(&plugin), None);
+    let plugin_job = scontrol(
+        &env,
+        &[
+            "scontrol",
+            "show",
+            "-d",
+            "job",
+            &e2e::job_id_of(&plugin).to_string(),
+        ],
+    );
+    assert!(plugin_job.contains("gres/gpu"), "{plugin_job}");
+    let all = claims.list(&Default::default()).await.unwrap();
+    assert_eq!(all.items.len(), 1, "only the GPU pod's claim");
+
+    // The GPU pod finishes: its claim is deleted.
+    env.wait_pod("gpu-pod", "finished", Duration::from_secs(60), |p| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|ph| ph == "Succeeded")
+            || p.is_none()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while claims.get_opt(&name).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "claim {name} not deleted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A CPU DRA pod: its claim selects the machine CPUs (SMT siblings) of its allocated cores.
+    env.create_pod(dra_pod(
+        "cpu-pod",
+        "deviceclass.resource.kubernetes.io/dra.cpu",
+        "2",
+        &["sleep", "infinity"],
+    ))
+    .await;
+    let cpu_pod = env
+        .wait_bound(&["cpu-pod".into()], Duration::from_secs(60))
+        .await
+        .remove(0);
+    let cpu_claim = claims
+        .get(&claim_name(&cpu_pod).expect("CPU claim"))
+        .await
+        .unwrap();
+    let layout = env
+        .rest
+        .job_resources(e2e::job_id_of(&cpu_pod))
+        .await
+        .unwrap();
+    let bitmap = layout
+        .iter()
+        .find(|l| l.node == DRA_NODE)
+        .and_then(|l| l.core_bitmap.clone())
+        .unwrap();
+    let cores = slurm_bridge::resources::bitmap::parse_core_bitmap(&bitmap).unwrap();
+    let first = *cores.iter().next().expect("an allocated core");
+    let want: BTreeSet<String> = machine_cpus(first)
+        .iter()
+        .map(|c| format!("cpu{c}"))
+        .collect();
+    let got: BTreeSet<String> = allocated(&cpu_claim)
+        .into_iter()
+        .map(|(driver, pool, device)| {
+            assert_eq!((driver.as_str(), pool.as_str()), ("dra.cpu", DRA_NODE));
+            device
+        })
+        .collect();
+    assert_eq!(got, want, "core bitmap {bitmap}");
+
+    env.assert_consistent().await;
+    controllers.stop().await;
+}

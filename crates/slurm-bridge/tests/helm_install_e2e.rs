@@ -1,0 +1,412 @@
+//! The Helm chart installed into a real control plane (kube-testenv) with real Slurm
+//! (slurm-testenv). The container image is replaced by the locally built binary, run as a process
+//! per Deployment with the Deployment's own arguments, and with a token of the Deployment's own
+//! ServiceAccount (TokenRequest): real RBAC decides every call the components make.
+//!
+//! Then a pod created in a managed namespace is admitted (the chart's webhook configurations,
+//! self-managed certificates), scheduled through Slurm, bound, runs and completes, and its job
+//! ends; `helm upgrade` with a changed value keeps the webhooks working; `helm uninstall` leaves
+//! no webhook configuration, ClusterRole or binding behind, and pods are created freely again.
+
+mod e2e;
+
+use e2e::{Env, SCHEDULER};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RELEASE: &str = "sb";
+const RELEASE_NS: &str = "slinky";
+const MANAGED_NS: &str = "slurm-bridge";
+const WEBHOOK: &str = "sb-slurm-bridge-admission";
+
+fn chart() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../helm/slurm-bridge")
+        .display()
+        .to_string()
+}
+
+/// A component started from its Deployment: the process and its log.
+struct Component {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Component {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubeconfig that authenticates as `account` with a token from the TokenRequest API.
+async fn account_kubeconfig(env: &Env, account: &str, dir: &Path) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(env.kube.clone(), RELEASE_NS);
+    let tr: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    }))
+    .unwrap();
+    let token = sas
+        .create_token_request(account, &PostParams::default(), &tr)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token status")
+        .token
+        .expect("a token");
+    let admin = std::fs::read_to_string(env.kube_env.kubeconfig()).unwrap();
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .expect("CA in the admin kubeconfig");
+    let path = dir.join(format!("{account}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: {account}\ncurrent-context: c\n",
+            env.kube_env.server()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts every Deployment of the release as a local process: the Deployment's container args,
+/// with the in-pod paths and addresses replaced by local ones.
+async fn start_components(
+    env: &Env,
+    manifest: &[Value],
+    dir: &Path,
+    listen: &str,
+) -> Vec<Component> {
+    let config = manifest
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|d| d["data"]["config.yaml"].as_str())
+        .expect("the chart's ConfigMap");
+    let config_path = dir.join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let mut out = Vec::new();
+    for d in manifest.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = d["metadata"]["name"].as_str().unwrap().to_string();
+        let spec = &d["spec"]["template"]["spec"];
+        let account = spec["serviceAccountName"].as_str().unwrap();
+        let kubeconfig = account_kubeconfig(env, account, dir).await;
+        let container = &spec["containers"][0];
+        let args: Vec<String> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let a = a.as_str().unwrap();
+                match a.split_once('=') {
+                    Some(("--config", _)) => format!("--config={}", config_path.display()),
+                    Some(("--health-probe-bind-address", _)) => {
+                        "--health-probe-bind-address=127.0.0.1:0".into()
+                    }
+                    Some(("--listen", _)) => format!("--listen={listen}"),
+                    Some(("--cert-dir", _)) => {
+                        format!("--cert-dir={}", dir.join("certs").display())
+                    }
+                    _ => a.to_string(),
+                }
+            })
+            .collect();
+        let uses_slurm = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["name"] == "SLURM_JWT_FILE");
+        let log = dir.join(format!("{name}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"));
+        cmd.args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAMESPACE", RELEASE_NS)
+            .env("RUST_LOG", "info")
+            .env_remove("SLURM_JWT")
+            .env_remove("SLURM_JWT_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if uses_slurm {
+            // What the chart mounts from the Secret: the Slurm token file.
+            cmd.env("SLURM_JWT_FILE", env.slurm.token_file());
+        }
+        eprintln!(
+            "starting {name} as {account}: slurm-bridge {}",
+            args.join(" ")
+        );
+        let child = cmd.spawn().expect("start slurm-bridge");
+        out.push(Component { name, child, log });
+    }
+    out
+}
+
+fn manifest(env: &Env) -> Vec<Value> {
+    let text = env
+        .kube_env
+        .helm(&["get", "manifest", RELEASE, "--namespace", RELEASE_NS])
+        .expect("helm get manifest");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("manifest parses");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn assert_no_rbac_denials(components: &[Component]) {
+    for c in components {
+        let log = c.log();
+        assert!(
+            !log.contains("forbidden") && !log.contains("Forbidden") && !log.contains(" 403"),
+            "{}: a call was refused by RBAC:\n{log}",
+            c.name
+        );
+    }
+}
+
+async fn webhook_ca_filled(env: &Env) -> bool {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(env.kube.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(env.kube.clone());
+    let (Ok(m), Ok(v)) = (m.get(WEBHOOK).await, v.get(WEBHOOK).await) else {
+        return false;
+    };
+    let m_ok = m
+        .webhooks
+        .unwrap_or_default()
+        .iter()
+        .all(|w| w.client_config.ca_bundle.is_some());
+    let v_ok = v
+        .webhooks
+        .unwrap_or_default()
+        .iter()
+        .all(|w| w.client_config.ca_bundle.is_some());
+    m_ok && v_ok
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pod(name: &str, seconds: u32) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": MANAGED_NS},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+            "command": ["sleep", seconds.to_string()],
+            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
+    let env = Env::start(2).await;
+    for ns in [RELEASE_NS, MANAGED_NS] {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(env.kube.clone())
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("helm-install-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    let chart = chart();
+    let values = [
+        "admission.certManager.enabled=false".to_string(),
+        format!("admission.externalUrl=https://{listen}"),
+        format!("sharedConfig.slurmRestApi={}", env.slurm.rest_url()),
+        "schedulerConfig.mcsLabel=".to_string(),
+        "admission.extraArgs={--self-signed-check-interval=1s}".to_string(),
+        "scheduler.extraArgs={--slurm-poll-interval=200ms}".to_string(),
+    ];
+    let install = |cmd: &str, extra: &[&str]| {
+        let mut args = vec![cmd, RELEASE, chart.as_str(), "--namespace", RELEASE_NS];
+        for v in &values {
+            args.extend(["--set", v.as_str()]);
+        }
+        args.extend(extra);
+        env.kube_env.helm(&args).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let out = install("install", &[]);
+    eprintln!(
+        "helm install ({:.1} s): {out}",
+        started.elapsed().as_secs_f64()
+    );
+    let manifest1 = manifest(&env);
+    let components = start_components(&env, &manifest1, &dir, &listen).await;
+    assert_eq!(
+        components.len(),
+        3,
+        "three Deployments: {:?}",
+        components.iter().map(|c| &c.name).collect::<Vec<_>>()
+    );
+
+    // The admission process fills both configurations' caBundle (self-managed mode).
+    wait_for("caBundle filled", Duration::from_secs(60), async || {
+        webhook_ca_filled(&env).await
+    })
+    .await;
+
+    // Admitted (schedulerName set by the mutating webhook), scheduled through Slurm, bound, runs,
+    // completes, and its Slurm job ends.
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), MANAGED_NS);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        match pods
+            .create(&PostParams::default(), &pod("through-helm", 3))
+            .await
+        {
+            Ok(p) => break p,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("create: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!("create: {e}"),
+        }
+    };
+    assert_eq!(
+        created.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some(SCHEDULER),
+        "the chart's mutating webhook did not take the pod"
+    );
+    let bound = env
+        .wait_bound_in(
+            MANAGED_NS,
+            &["through-helm".to_string()],
+            Duration::from_secs(90),
+        )
+        .await;
+    let job_id = e2e::job_id_of(&bound[0]);
+    eprintln!(
+        "bound to {:?} as Slurm job {job_id}",
+        bound[0].spec.as_ref().unwrap().node_name
+    );
+    wait_for("pod Succeeded", Duration::from_secs(60), async || {
+        pods.get("through-helm")
+            .await
+            .ok()
+            .and_then(|p| p.status?.phase)
+            .is_some_and(|p| p == "Succeeded")
+    })
+    .await;
+    wait_for("Slurm job ended", Duration::from_secs(60), async || {
+        !env.active_job_ids().contains(&job_id)
+    })
+    .await;
+    // The validating webhook is in force too.
+    let mut forged = pod("forged", 1);
+    forged.metadata.labels = Some(
+        [(
+            slurm_bridge::wellknown::LABEL_SLURM_JOBID.to_string(),
+            "1".to_string(),
+        )]
+        .into(),
+    );
+    let err = pods
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("slurm external jobid label"),
+        "{err}"
+    );
+    assert_no_rbac_denials(&components);
+
+    // helm upgrade with a changed value: the configurations change and keep working.
+    let out = install("upgrade", &["--set", "admission.timeoutSeconds=7"]);
+    eprintln!("helm upgrade: {out}");
+    let m: Api<MutatingWebhookConfiguration> = Api::all(env.kube.clone());
+    let hook = m.get(WEBHOOK).await.unwrap();
+    assert_eq!(hook.webhooks.as_ref().unwrap()[0].timeout_seconds, Some(7));
+    wait_for(
+        "caBundle after upgrade",
+        Duration::from_secs(30),
+        async || webhook_ca_filled(&env).await,
+    )
+    .await;
+    let p = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match pods
+                .create(&PostParams::default(), &pod("after-upgrade", 1))
+                .await
+            {
+                Ok(p) => break p,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("create: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Err(e) => panic!("create after upgrade: {e}"),
+            }
+        }
+    };
+    assert_eq!(
+        p.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some(SCHEDULER)
+    );
+    env.wait_bound_in(
+        MANAGED_NS,
+        &["after-upgrade".to_string()],
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_no_rbac_denials(&components);
+
+    // helm uninstall: nothing left that blocks or gates pod creation, no cluster-scoped RBAC.
+    let out = env
+        .kube_env
+        .helm(&["uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait"])
+        .expect("helm uninstall");
+    eprintln!("helm uninstall: {out}");
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(env.kube.clone());
+    let released = ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}"));
+    assert!(m.list(&released).await.unwrap().items.is_empty());
+    assert!(v.list(&released).await.unwrap().items.is_empty());
+    assert!(m.get_opt(WEBHOOK).await.unwrap().is_none());
+    assert!(v.get_opt(WEBHOOK).await.unwrap().is_none());
+    let roles: Api<ClusterRole> = Api::all(env.kube.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.kube.clone());
+    assert!(roles.list(&released).await.unwrap().items.is_empty());
+    assert!(bindings.list(&released).await.unwrap().items.is_empty());
+    // Even with the admission process still running, a pod is created untouched.
+    let p = pods
+        .create(&PostParams::default(), &pod("after-uninstall", 1))
+        .await
+        .expect("pod creation after uninstall");
+    assert_eq!(
+        p.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some("default-scheduler")
+    );
+    // And the admission process did not recreate a configuration.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(m.get_opt(WEBHOOK).await.unwrap().is_none());
+    drop(components);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,509 @@
+{{/* Chart name. */}}
+{{- define "slurm-bridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name, the prefix of every object name (one definition: reference quirk 19). */}}
+{{- define "slurm-bridge.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "slurm-bridge.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{/* Object name of a component: `<fullname>-<component>`. Call with (list $ "scheduler"). */}}
+{{- define "slurm-bridge.component.name" -}}
+{{- printf "%s-%s" (include "slurm-bridge.fullname" (index . 0)) (index . 1) -}}
+{{- end -}}
+
+{{- define "slurm-bridge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "slurm-bridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slurm-bridge
+{{- end -}}
+
+{{/* Selector labels of a component. Call with (list $ "scheduler"). */}}
+{{- define "slurm-bridge.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ include "slurm-bridge.name" $ }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Labels of a component's objects. Call with (list $ "scheduler"). */}}
+{{- define "slurm-bridge.componentLabels" -}}
+{{ include "slurm-bridge.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* `repository:tag` of a component, the chart-wide `image` filling what it leaves empty. */}}
+{{- define "slurm-bridge.image" -}}
+{{- $ := index . 0 -}}
+{{- $own := (index $.Values (index . 1)).image | default dict -}}
+{{- $repo := $own.repository | default $.Values.image.repository -}}
+{{- $tag := $own.tag | default $.Values.image.tag | default $.Chart.AppVersion -}}
+{{- printf "%s:%s" $repo (toString $tag) -}}
+{{- end -}}
+
+{{- define "slurm-bridge.pullPolicy" -}}
+{{- $ := index . 0 -}}
+{{- $own := (index $.Values (index . 1)).image | default dict -}}
+{{- $own.pullPolicy | default $.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* The Slurm JWT Secret's name and key: `slurmJwtSecret` is a name (key `auth-token`) or {name, key}. */}}
+{{- define "slurm-bridge.jwtSecretName" -}}
+{{- $s := .Values.sharedConfig.slurmJwtSecret -}}
+{{- if kindIs "map" $s -}}{{ required "sharedConfig.slurmJwtSecret.name is required" $s.name }}{{- else -}}{{ required "sharedConfig.slurmJwtSecret is required" $s }}{{- end -}}
+{{- end -}}
+{{- define "slurm-bridge.jwtSecretKey" -}}
+{{- $s := .Values.sharedConfig.slurmJwtSecret -}}
+{{- if and (kindIs "map" $s) $s.key -}}{{ $s.key }}{{- else -}}auth-token{{- end -}}
+{{- end -}}
+
+{{/* RUST_LOG from a verbosity value: null -> info; 0-2 info, 3-4 debug, 5+ trace; a string as is. */}}
+{{- define "slurm-bridge.logLevel" -}}
+{{- $v := . -}}
+{{- if kindIs "invalid" $v -}}info
+{{- else if kindIs "string" $v -}}{{ $v }}
+{{- else if ge (int $v) 5 -}}trace
+{{- else if ge (int $v) 3 -}}debug
+{{- else -}}info
+{{- end -}}
+{{- end -}}
+
+{{/* The admission webhook configurations' name. */}}
+{{- define "slurm-bridge.webhookName" -}}
+{{- include "slurm-bridge.component.name" (list . "admission") -}}
+{{- end -}}
+
+{{/* The component serving the webhooks: `admission`, or `run` in mode run. */}}
+{{- define "slurm-bridge.webhookComponent" -}}
+{{- if eq .Values.mode "run" -}}run{{- else -}}admission{{- end -}}
+{{- end -}}
+
+{{/* The DNS names of the webhook Service. */}}
+{{- define "slurm-bridge.webhookDNSNames" -}}
+{{- $svc := include "slurm-bridge.webhookName" . -}}
+{{- $ns := include "slurm-bridge.namespace" . -}}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- with .Values.admission.externalUrl -}}
+{{- $names = append $names (urlParse .).hostname -}}
+{{- end -}}
+{{- $names | toJson -}}
+{{- end -}}
+
+{{/* Value checks: fail the render with a clear message. */}}
+{{- define "slurm-bridge.validate" -}}
+{{- if not (has .Values.mode (list "split" "run")) -}}
+{{- fail (printf "mode must be \"split\" or \"run\", got %q" (toString .Values.mode)) -}}
+{{- end -}}
+{{- if not .Values.schedulerConfig.schedulerName -}}
+{{- fail "schedulerConfig.schedulerName must be set" -}}
+{{- end -}}
+{{- if eq .Values.mode "split" -}}
+{{- if and (gt (int .Values.scheduler.replicaCount) 1) (not .Values.scheduler.leaderElect) -}}
+{{- fail "scheduler.replicaCount > 1 needs scheduler.leaderElect: true (two schedulers would both act)" -}}
+{{- end -}}
+{{- if and (gt (int .Values.controllers.replicas) 1) (not .Values.controllers.leaderElect) -}}
+{{- fail "controllers.replicas > 1 needs controllers.leaderElect: true (two controllers would both act)" -}}
+{{- end -}}
+{{- else -}}
+{{- if and (gt (int .Values.run.replicas) 1) (not .Values.run.leaderElect) -}}
+{{- fail "run.replicas > 1 needs run.leaderElect: true" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.admission.enabled (not .Values.admission.certManager.enabled) -}}
+{{- $replicas := ternary .Values.run.replicas .Values.admission.replicas (eq .Values.mode "run") -}}
+{{- if gt (int $replicas) 1 -}}
+{{- fail "self-managed webhook certificates (admission.certManager.enabled: false) keep the CA in the pod: use one replica, or cert-manager for more" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.admission.enabled (not .Values.admission.managedNamespaceSelector) (has (include "slurm-bridge.namespace" .) (.Values.admission.managedNamespaces | default list)) -}}
+{{- fail (printf "admission.managedNamespaces lists the release namespace %q, which the webhooks exclude (they must not gate their own pods): install the chart in another namespace" (include "slurm-bridge.namespace" .)) -}}
+{{- end -}}
+{{- if not (has .Values.admission.failurePolicy (list "Fail" "Ignore")) -}}
+{{- fail "admission.failurePolicy must be Fail or Ignore" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-spec fields every component shares. Call with (list $ "scheduler"). */}}
+{{- define "slurm-bridge.podCommon" -}}
+{{- $ := index . 0 -}}
+{{- $c := index $.Values (index . 1) -}}
+{{- with $.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Probes and the probe/metrics port. */}}
+{{- define "slurm-bridge.probes" -}}
+ports:
+  - name: health
+    containerPort: 8081
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: health
+  initialDelaySeconds: 5
+  periodSeconds: 10
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: health
+  initialDelaySeconds: 2
+  periodSeconds: 5
+{{- end -}}
+
+{{/* Environment of the processes that call Slurm. */}}
+{{- define "slurm-bridge.env" -}}
+- name: SLURM_JWT_FILE
+  value: /var/run/secrets/slurm/auth-token
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: RUST_LOG
+  value: {{ include "slurm-bridge.logLevel" . | quote }}
+{{- end -}}
+
+{{/* The Slurm token volume: the Secret's key mounted as /var/run/secrets/slurm/auth-token. */}}
+{{- define "slurm-bridge.jwtVolume" -}}
+- name: slurm-token
+  secret:
+    secretName: {{ include "slurm-bridge.jwtSecretName" . }}
+    items:
+      - key: {{ include "slurm-bridge.jwtSecretKey" . }}
+        path: auth-token
+{{- end -}}
+
+{{/* PodDisruptionBudget of a component (only with more than one replica). Call with (list $ "scheduler" replicas). */}}
+{{- define "slurm-bridge.pdb" -}}
+{{- $ := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $c := index $.Values $component -}}
+{{- if and $c.pdb.enabled (gt (int (index . 2)) 1) }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}
+  namespace: {{ include "slurm-bridge.namespace" $ }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $component) | nindent 4 }}
+spec:
+  {{- if not (kindIs "invalid" $c.pdb.maxUnavailable) }}
+  maxUnavailable: {{ $c.pdb.maxUnavailable }}
+  {{- else }}
+  minAvailable: {{ $c.pdb.minAvailable }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "slurm-bridge.selectorLabels" (list $ $component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/* Metrics Service (headless) of a component. Call with (list $ "scheduler"). */}}
+{{- define "slurm-bridge.metricsService" -}}
+{{- $ := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- if $.Values.metrics.service.enabled }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}-metrics
+  namespace: {{ include "slurm-bridge.namespace" $ }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $component) | nindent 4 }}
+spec:
+  clusterIP: None
+  selector:
+    {{- include "slurm-bridge.selectorLabels" (list $ $component) | nindent 4 }}
+  ports:
+    - name: metrics
+      port: 8081
+      targetPort: health
+      protocol: TCP
+{{- end }}
+{{- end -}}
+
+{{/* config.yaml (reference §2.1). */}}
+{{- define "slurm-bridge.configYaml" -}}
+schedulerName: {{ .Values.schedulerConfig.schedulerName | quote }}
+slurmRestApi: {{ .Values.sharedConfig.slurmRestApi | quote }}
+mcsLabel: {{ .Values.schedulerConfig.mcsLabel | quote }}
+partition: {{ .Values.schedulerConfig.partition | quote }}
+{{- if .Values.admission.managedNamespaceSelector }}
+managedNamespaceSelector:
+  {{- toYaml .Values.admission.managedNamespaceSelector | nindent 2 }}
+{{- else }}
+managedNamespaces:
+  {{- toYaml (.Values.admission.managedNamespaces | default list) | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when the config changes. */}}
+{{- define "slurm-bridge.checksums" -}}
+checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
+{{- end -}}
+
+{{/* Whether the admission component needs any ClusterRole rule. */}}
+{{- define "slurm-bridge.admission.needsRules" -}}
+{{- if and .Values.admission.enabled (or .Values.admission.managedNamespaceSelector (not .Values.admission.certManager.enabled)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* ClusterRole rules of the scheduler: what src/scheduler and src/workload call. */}}
+{{- define "slurm-bridge.rules.scheduler" -}}
+# Pod reflector (cluster-wide, by spec.schedulerName), group listing, re-reads after a
+# conflict; label, toleration, finalizer and node-annotation patches.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch"]
+# The Binding.
+- apiGroups: [""]
+  resources: ["pods/binding"]
+  verbs: ["create"]
+# PodScheduled=False with Slurm's reason.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+# Node reflector (placement feasibility, Slurm node -> Kubernetes node).
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+# Scheduled / FailedScheduling Events on pods.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+# The owner walk and the workload translators (reference §4.3: ReplicaSets and StatefulSets
+# are readable, Deployments and DaemonSets are not, so a Deployment's root is its ReplicaSet).
+- apiGroups: ["apps"]
+  resources: ["replicasets", "statefulsets"]
+  verbs: ["get"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get"]
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get"]
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups", "workloads"]
+  verbs: ["get"]
+# PodGroupScheduled condition (server-side apply on the status subresource).
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups/status"]
+  verbs: ["patch"]
+# DRA: the ResourceSlice reflector (caches.rs); the DeviceClasses a claim may use, the pod's
+# ResourceClaim made, allocated in its status, replaced or deleted (scheduler/claims.rs).
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceslices"]
+  verbs: ["list", "watch"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["deviceclasses"]
+  verbs: ["get"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["list", "create", "delete"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims/status"]
+  verbs: ["patch"]
+{{- end -}}
+
+{{/* ClusterRole rules of the controllers: what src/controllers calls. */}}
+{{- define "slurm-bridge.rules.controllers" -}}
+# Pod reflector; finalizer release and label clean-up; removal of pods whose job does not run.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "patch", "delete"]
+# DisruptionTarget condition before a removal.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+# Node reflector; the bridge taint and labels of external nodes.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch", "patch"]
+# The node condition mirroring Slurm's drain state.
+- apiGroups: [""]
+  resources: ["nodes/status"]
+  verbs: ["patch"]
+# Events on pods and nodes.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+# DRA: the ResourceSlice reflector (caches.rs); a finished pod's ResourceClaim deleted
+# (pod/actions.rs -> scheduler/claims.rs delete_pod_claim).
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceslices"]
+  verbs: ["list", "watch"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["delete"]
+{{- end -}}
+
+{{/* ClusterRole rules of the admission webhooks: what src/admission calls. */}}
+{{- define "slurm-bridge.rules.admission" -}}
+{{- if .Values.admission.managedNamespaceSelector }}
+# managedNamespaceSelector: the Namespace watch cache, and a GET for a namespace not seen yet.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- if not .Values.admission.certManager.enabled }}
+# Self-managed certificates: the caBundle of the chart's own webhook configurations.
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+  resourceNames: [{{ include "slurm-bridge.webhookName" . | quote }}]
+  verbs: ["get", "update"]
+{{- end }}
+{{- end -}}
+
+{{/* The leader-election Role (namespaced: the Lease lives in the release namespace). */}}
+{{- define "slurm-bridge.leaseRole" -}}
+{{- $ := index . 0 -}}
+{{- $component := index . 1 -}}
+{{ "\n" }}---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}-leader-election
+  namespace: {{ include "slurm-bridge.namespace" $ }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $component) | nindent 4 }}
+rules:
+  # kube-lease-manager (get, create, patch) and the Lease watch of src/leader.rs.
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["get", "list", "watch", "create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}-leader-election
+  namespace: {{ include "slurm-bridge.namespace" $ }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $component) | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}-leader-election
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "slurm-bridge.component.name" (list $ $component) }}
+    namespace: {{ include "slurm-bridge.namespace" $ }}
+{{- end -}}
+
+{{/* A ClusterRole with the given rules and its binding to a ServiceAccount. Call with (list $ role subjectComponent rulesTemplate). */}}
+{{- define "slurm-bridge.clusterRole" -}}
+{{- $ := index . 0 -}}
+{{- $role := index . 1 -}}
+{{- $subject := index . 2 -}}
+{{ "\n" }}---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $role) }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $role) | nindent 4 }}
+rules:
+  {{- include (index . 3) $ | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $role) }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $role) | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ include "slurm-bridge.component.name" (list $ $role) }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "slurm-bridge.component.name" (list $ $subject) }}
+    namespace: {{ include "slurm-bridge.namespace" $ }}
+{{- end -}}
+
+{{/* A component's ServiceAccount. Call with (list $ component). */}}
+{{- define "slurm-bridge.serviceAccount" -}}
+{{- $ := index . 0 -}}
+{{- $component := index . 1 -}}
+{{ "\n" }}---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "slurm-bridge.component.name" (list $ $component) }}
+  namespace: {{ include "slurm-bridge.namespace" $ }}
+  labels:
+    {{- include "slurm-bridge.componentLabels" (list $ $component) | nindent 4 }}
+automountServiceAccountToken: true
+{{- end -}}
+
+{{/* The webhook server's flags, certificate volume mount and volume. */}}
+{{- define "slurm-bridge.webhookArgs" -}}
+- --listen=0.0.0.0:9443
+- --cert-dir=/var/run/slurm-bridge/certs
+{{- if not .Values.admission.certManager.enabled }}
+- --self-signed-names={{ include "slurm-bridge.webhookDNSNames" . | fromJsonArray | join "," }}
+- --webhook-configurations={{ include "slurm-bridge.webhookName" . }}
+- --self-signed-validity={{ .Values.admission.selfSigned.validity }}
+- --self-signed-renew-before={{ .Values.admission.selfSigned.renewBefore }}
+{{- end }}
+{{- end -}}
+{{- define "slurm-bridge.webhookVolume" -}}
+- name: certs
+{{- if .Values.admission.certManager.enabled }}
+  secret:
+    secretName: {{ include "slurm-bridge.webhookName" . }}-tls
+{{- else }}
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end }}
+{{- end -}}
+{{- define "slurm-bridge.webhookMount" -}}
+- name: certs
+  mountPath: /var/run/slurm-bridge/certs
+  readOnly: {{ .Values.admission.certManager.enabled }}
+{{- end -}}
