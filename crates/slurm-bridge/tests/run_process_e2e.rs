@@ -98,22 +98,7 @@ async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
     env.assert_invariants().await;
 
     // SIGTERM: a clean exit.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = e2e::terminate(&mut child).await;
     let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,7 +6,6 @@ use super::scheduler::parse_duration;
 use crate::config::Config;
 use crate::controllers::{self, ControllersOptions};
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -50,40 +49,20 @@ impl ControllerFlags {
 /// Flags of `controllers`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ControllersArgs {
-    /// Compete for a Lease so only one replica acts (`--leader-elect=false` turns it off).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub leader_elect: bool,
-    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_elect_namespace: String,
-    /// Name of the leader Lease (default: `<scheduler name>-controllers`).
-    #[arg(long)]
-    pub leader_elect_name: Option<String>,
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:8081")]
-    pub health_probe_bind_address: SocketAddr,
-    /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub slurm_poll_interval: Duration,
-    /// On SIGTERM, how long the passes in flight may finish before they are aborted.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub shutdown_grace: Duration,
+    #[command(flatten)]
+    pub process: process::ProcessFlags,
     #[command(flatten)]
     pub controllers: ControllerFlags,
 }
 
 /// Runs the controllers until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
-    let started = process::start(&cfg, args.health_probe_bind_address).await?;
-    let lease = process::lease(
-        args.leader_elect,
-        &args.leader_elect_namespace,
-        args.leader_elect_name.as_deref(),
-        format!("{}-controllers", cfg.scheduler_name),
-    );
+    let p = &args.process;
+    let started = process::start(&cfg, p.health_probe_bind_address).await?;
+    let lease = p.lease(format!("{}-controllers", cfg.scheduler_name));
     let opts = args
         .controllers
-        .options(cfg, args.slurm_poll_interval, args.shutdown_grace);
+        .options(cfg, p.slurm_poll_interval, p.shutdown_grace);
     let client = started.client;
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();

@@ -27,6 +27,45 @@ pub fn signals() -> anyhow::Result<impl Stream<Item = ()> + Unpin + Send> {
     )))
 }
 
+/// The flags every long-running subcommand that talks to Slurm shares (`scheduler`,
+/// `controllers`, `run`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProcessFlags {
+    /// Compete for a Lease so only one replica acts (`--leader-elect=false` turns it off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_elect_namespace: String,
+    /// Name of the leader Lease (default: the scheduler name; for `controllers`,
+    /// `<scheduler name>-controllers`).
+    #[arg(long)]
+    pub leader_elect_name: Option<String>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: std::net::SocketAddr,
+    /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = super::scheduler::parse_duration)]
+    pub slurm_poll_interval: Duration,
+    /// On SIGTERM, how long the passes in flight may finish before they are aborted (keep it
+    /// below the pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "10s", value_parser = super::scheduler::parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+impl ProcessFlags {
+    /// The Lease to compete for (`None` with `--leader-elect=false`), named `default_name`
+    /// unless `--leader-elect-name` is given.
+    pub fn lease(&self, default_name: String) -> Option<leader::LeaseSpec> {
+        lease(
+            self.leader_elect,
+            &self.leader_elect_namespace,
+            self.leader_elect_name.as_deref(),
+            default_name,
+        )
+    }
+}
+
 /// What every long-running subcommand opens first: signals, the probe listener, the Kubernetes
 /// client and the Slurm client.
 pub struct Started {

@@ -29,18 +29,13 @@ pub struct RunArgs {
 
 /// Runs every component until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
-    let s = &args.scheduler;
+    let s = &args.scheduler.process;
     let started = process::start(&cfg, s.health_probe_bind_address).await?;
     let (client, slurm) = (started.client, started.slurm);
-    let lease = process::lease(
-        s.leader_elect,
-        &s.leader_elect_namespace,
-        s.leader_elect_name.as_deref(),
-        cfg.scheduler_name.clone(),
-    );
+    let lease = s.lease(cfg.scheduler_name.clone());
     let mut sched_opts = SchedulerOptions::new(cfg.clone());
     sched_opts.job_poll_interval = s.slurm_poll_interval;
-    sched_opts.concurrency = s.workers;
+    sched_opts.concurrency = args.scheduler.workers;
     sched_opts.shutdown_grace = s.shutdown_grace;
     let admission_opts = args
         .webhook

@@ -9,35 +9,17 @@ use crate::slurm::Slurm;
 use anyhow::{Context, bail};
 use futures::Stream;
 use prometheus_client::registry::Registry;
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// Flags of `scheduler` and `run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
-    /// Compete for a Lease so only one replica schedules (`--leader-elect=false` turns it off).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub leader_elect: bool,
-    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_elect_namespace: String,
-    /// Name of the leader Lease (default: the scheduler name).
-    #[arg(long)]
-    pub leader_elect_name: Option<String>,
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:8081")]
-    pub health_probe_bind_address: SocketAddr,
-    /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub slurm_poll_interval: Duration,
+    #[command(flatten)]
+    pub process: process::ProcessFlags,
     /// Pods reconciled at once.
     #[arg(long, default_value_t = 64)]
     pub workers: u16,
-    /// On SIGTERM, how long the passes in flight may finish before they are aborted (keep it
-    /// below the pod's terminationGracePeriodSeconds).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub shutdown_grace: Duration,
 }
 
 /// Parses a duration as `humantime` does (`500ms`, `1s`, `2m`, `12h`, `365d`, `1h 30m`), or a
@@ -85,17 +67,13 @@ pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
 
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
-    let started = process::start(&cfg, args.health_probe_bind_address).await?;
-    let lease = process::lease(
-        args.leader_elect,
-        &args.leader_elect_namespace,
-        args.leader_elect_name.as_deref(),
-        cfg.scheduler_name.clone(),
-    );
+    let p = &args.process;
+    let started = process::start(&cfg, p.health_probe_bind_address).await?;
+    let lease = p.lease(cfg.scheduler_name.clone());
     let mut opts = SchedulerOptions::new(cfg);
-    opts.job_poll_interval = args.slurm_poll_interval;
+    opts.job_poll_interval = p.slurm_poll_interval;
     opts.concurrency = args.workers;
-    opts.shutdown_grace = args.shutdown_grace;
+    opts.shutdown_grace = p.shutdown_grace;
     serve(
         started.client,
         started.slurm,

@@ -563,3 +563,23 @@ impl Env {
         }
     }
 }
+
+/// Sends SIGTERM to a process this test started and waits (up to 30 s) for its exit status.
+pub async fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
