@@ -91,6 +91,21 @@ pub struct CacheOptions {
     pub node_poll_interval: Duration,
 }
 
+impl CacheOptions {
+    /// The caches of the pods naming the bridge's scheduler in `config`.
+    pub fn new(
+        config: &crate::config::Config,
+        job_poll_interval: Duration,
+        node_poll_interval: Duration,
+    ) -> Self {
+        CacheOptions {
+            scheduler_name: config.scheduler_name.clone(),
+            job_poll_interval,
+            node_poll_interval,
+        }
+    }
+}
+
 /// The shared caches; see the module doc.
 pub struct Caches<S> {
     /// The Slurm client the caches read through (shared by the components for their writes).

@@ -438,6 +438,7 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
     .await;
 
     hook.stop.send_replace(true);
+    env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&dir);
     drop(hook.registry);
 }
@@ -600,7 +601,6 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
 /// by the process, pods in the managed namespace scheduled through Slurm, a clean SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn run_serves_the_webhooks_with_self_managed_certificates() {
-    use std::process::{Command, Stdio};
     let env = Env::start(2).await;
     let client = env.kube.clone();
     create_namespace(&client, MANAGED_NS, json!({})).await;
@@ -612,45 +612,24 @@ async fn run_serves_the_webhooks_with_self_managed_certificates() {
         .port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     register(&client, "slurm-bridge-admission", addr, None).await;
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "schedulerName: {SCHEDULER}\nslurmRestApi: {}\npartition: slurm-bridge\nmanagedNamespaces: [{MANAGED_NS}]\n",
-            env.slurm.rest_url()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("run.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .args([
-            "--leader-elect=false",
-            "--health-probe-bind-address",
-            "127.0.0.1:0",
-            "--slurm-poll-interval",
-            "200ms",
-            "--listen",
-            &addr.to_string(),
-            "--cert-dir",
-        ])
-        .arg(dir.join("certs"))
-        .args([
-            "--self-signed-names",
-            "127.0.0.1",
-            "--webhook-configurations",
-            "slurm-bridge-admission",
-            "--self-signed-check-interval",
-            "1s",
-        ])
-        .env("KUBECONFIG", env.kube_env.kubeconfig())
-        .env("SLURM_JWT_FILE", env.slurm.token_file())
-        .env_remove("SLURM_JWT")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start slurm-bridge run");
+    let certs = dir.join("certs");
+    let (mut child, _config) = e2e::spawn_run(
+        &env,
+        &dir,
+        &format!("managedNamespaces: [{MANAGED_NS}]\n"),
+        [
+            std::ffi::OsStr::new("--listen"),
+            addr.to_string().as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--self-signed-names".as_ref(),
+            "127.0.0.1".as_ref(),
+            "--webhook-configurations".as_ref(),
+            "slurm-bridge-admission".as_ref(),
+            "--self-signed-check-interval".as_ref(),
+            "1s".as_ref(),
+        ],
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
     let p = create_retrying(&pods, &plain_pod("by-run", MANAGED_NS, json!({}))).await;
@@ -674,5 +653,6 @@ async fn run_serves_the_webhooks_with_self_managed_certificates() {
     let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     assert!(log.contains("caBundle updated"), "log:\n{log}");
+    env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

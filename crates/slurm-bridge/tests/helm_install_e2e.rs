@@ -17,6 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -377,6 +378,29 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
         Duration::from_secs(90),
     )
     .await;
+    // It runs to completion under the upgraded release: its finalizer goes while the bridge runs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = pods.get("after-upgrade").await.unwrap();
+        let finished = matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if finished
+            && !p
+                .finalizers()
+                .iter()
+                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after-upgrade not finished and released within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.assert_invariants().await;
     assert_no_rbac_denials(&components);
 
     // helm uninstall: nothing left that blocks or gates pod creation, no cluster-scoped RBAC.
@@ -407,6 +431,7 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     // And the admission process did not recreate a configuration.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(m.get_opt(WEBHOOK).await.unwrap().is_none());
+    env.assert_invariants().await;
     drop(components);
     let _ = std::fs::remove_dir_all(&dir);
 }

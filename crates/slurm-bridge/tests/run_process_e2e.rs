@@ -8,7 +8,7 @@ use e2e::{Env, job_id_of, pod};
 use kube::ResourceExt;
 use serde_json::json;
 use slurm_bridge::wellknown::FINALIZER;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[tokio::test]
@@ -16,34 +16,7 @@ async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
     let env = Env::start(2).await;
     let dir = std::env::temp_dir().join(format!("slurm-bridge-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "schedulerName: {}\nslurmRestApi: {}\npartition: slurm-bridge\n",
-            e2e::SCHEDULER,
-            env.slurm.rest_url()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("run.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .args([
-            "--leader-elect=false",
-            "--health-probe-bind-address",
-            "127.0.0.1:0",
-            "--slurm-poll-interval",
-            "200ms",
-        ])
-        .env("KUBECONFIG", env.kube_env.kubeconfig())
-        .env("SLURM_JWT_FILE", env.slurm.token_file())
-        .env_remove("SLURM_JWT")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start slurm-bridge run");
+    let (mut child, config) = e2e::spawn_run(&env, &dir, "", std::iter::empty::<&str>());
 
     env.create_pod(pod(
         "once",

@@ -20,7 +20,7 @@
 use super::tls;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::{Api, PostParams};
 use rcgen::{
@@ -564,6 +564,35 @@ fn api_err(name: &str) -> impl Fn(kube::Error) -> CertError + '_ {
     }
 }
 
+/// Writes `bundle` into the webhooks `configs` gives of the configuration `name`, where it
+/// differs: `None` when the configuration does not exist, else whether it was updated.
+async fn sync_one<K>(
+    api: Api<K>,
+    name: &str,
+    bundle: &[u8],
+    configs: impl for<'a> Fn(&'a mut K) -> Vec<&'a mut WebhookClientConfig>,
+) -> Result<Option<bool>, CertError>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let Some(mut obj) = api.get_opt(name).await.map_err(api_err(name))? else {
+        return Ok(None);
+    };
+    let mut changed = false;
+    for c in configs(&mut obj) {
+        if c.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle) {
+            c.ca_bundle = Some(ByteString(bundle.to_vec()));
+            changed = true;
+        }
+    }
+    if changed {
+        api.replace(name, &PostParams::default(), &obj)
+            .await
+            .map_err(api_err(name))?;
+    }
+    Ok(Some(changed))
+}
+
 /// Writes `bundle` into every webhook of the Mutating- and/or ValidatingWebhookConfiguration
 /// `name` where it differs. Returns how many configurations were updated.
 pub async fn sync_ca_bundle(
@@ -571,44 +600,37 @@ pub async fn sync_ca_bundle(
     name: &str,
     bundle: &[u8],
 ) -> Result<usize, CertError> {
-    let mut found = false;
-    let mut updated = 0;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(mut m) = mutating.get_opt(name).await.map_err(api_err(name))? {
-        found = true;
-        let mut changed = false;
-        for w in m.webhooks.iter_mut().flatten() {
-            if w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle) {
-                w.client_config.ca_bundle = Some(ByteString(bundle.to_vec()));
-                changed = true;
-            }
-        }
-        if changed {
-            mutating
-                .replace(name, &PostParams::default(), &m)
-                .await
-                .map_err(api_err(name))?;
-            updated += 1;
-        }
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(mut v) = validating.get_opt(name).await.map_err(api_err(name))? {
-        found = true;
-        let mut changed = false;
-        for w in v.webhooks.iter_mut().flatten() {
-            if w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle) {
-                w.client_config.ca_bundle = Some(ByteString(bundle.to_vec()));
-                changed = true;
-            }
-        }
-        if changed {
-            validating
-                .replace(name, &PostParams::default(), &v)
-                .await
-                .map_err(api_err(name))?;
-            updated += 1;
-        }
-    }
+    let mutating = sync_one(
+        Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        name,
+        bundle,
+        |m| {
+            m.webhooks
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.client_config)
+                .collect()
+        },
+    )
+    .await?;
+    let validating = sync_one(
+        Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        name,
+        bundle,
+        |v| {
+            v.webhooks
+                .iter_mut()
+                .flatten()
+                .map(|w| &mut w.client_config)
+                .collect()
+        },
+    )
+    .await?;
+    let found = mutating.is_some() || validating.is_some();
+    let updated = [mutating, validating]
+        .into_iter()
+        .filter(|c| *c == Some(true))
+        .count();
     if !found {
         return Err(CertError::NotFound(name.into()));
     }

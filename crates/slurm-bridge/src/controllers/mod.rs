@@ -61,11 +61,11 @@ impl ControllersOptions {
 
     /// What the controllers need of the shared caches.
     pub fn cache_options(&self) -> CacheOptions {
-        CacheOptions {
-            scheduler_name: self.config.scheduler_name.clone(),
-            job_poll_interval: self.job_poll_interval,
-            node_poll_interval: self.node_poll_interval,
-        }
+        CacheOptions::new(
+            &self.config,
+            self.job_poll_interval,
+            self.node_poll_interval,
+        )
     }
 }
 

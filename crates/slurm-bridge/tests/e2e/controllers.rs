@@ -79,11 +79,11 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 impl Env {
-    /// The lifecycle invariants: no live Slurm job without a live pod, no finished pod holding
-    /// the bridge finalizer, every bound live pod on a node of its job's allocation.
+    /// The lifecycle invariants, over every namespace: no live Slurm job without a live pod, no
+    /// finished pod holding the bridge finalizer, every bound live pod on a node of its job's
+    /// allocation.
     pub async fn assert_invariants(&self) {
-        let pods = self
-            .pods()
+        let pods = Api::<Pod>::all(self.kube.clone())
             .list(&ListParams::default())
             .await
             .unwrap()

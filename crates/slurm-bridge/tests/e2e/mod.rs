@@ -583,3 +583,44 @@ pub async fn terminate(child: &mut std::process::Child) -> std::process::ExitSta
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Starts `slurm-bridge run` as an admin would, against `env`'s Slurm and control plane: a config
+/// file in `dir` (the scheduler name, the Slurm URL, the partition, then `config_extra` lines),
+/// KUBECONFIG and SLURM_JWT_FILE, no leader election, a 200 ms job poll, the probes on a free
+/// port, then `args`; the log goes to `dir/run.log`. Returns the process and the config path.
+pub fn spawn_run<A: AsRef<std::ffi::OsStr>>(
+    env: &Env,
+    dir: &std::path::Path,
+    config_extra: &str,
+    args: impl IntoIterator<Item = A>,
+) -> (std::process::Child, std::path::PathBuf) {
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: {SCHEDULER}\nslurmRestApi: {}\npartition: slurm-bridge\n{config_extra}",
+            env.slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("run.log")).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .args([
+            "--leader-elect=false",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+            "--slurm-poll-interval",
+            "200ms",
+        ])
+        .args(args)
+        .env("KUBECONFIG", env.kube_env.kubeconfig())
+        .env("SLURM_JWT_FILE", env.slurm.token_file())
+        .env_remove("SLURM_JWT")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start slurm-bridge run");
+    (child, config)
+}
