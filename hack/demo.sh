@@ -7,7 +7,9 @@
 # labels the 6 nodes as external nodes (the node controller registers them in Slurm), then
 # applies examples/*.yaml with kubectl (a bare pod, a Job of 2 that runs 15 s, a gang of 3),
 # prints each pod as it binds (pod -> Slurm job -> node), the table, the same from Slurm's side,
-# and the Job running to completion: its Slurm jobs end with its pods.
+# the Job running to completion (its Slurm jobs end with its pods), and a DRA GPU pod: a node's
+# ResourceSlice registers its GPUs in Slurm, and the pod gets a ResourceClaim naming the GPU
+# indices Slurm allocated (examples/dra/).
 #
 #   hack/demo.sh          run it, then stop everything (the logs stay in the work folder)
 #   hack/demo.sh --keep   leave slurm-bridge, Slurm and Kubernetes running to explore
@@ -255,4 +257,50 @@ if [ -n "$live" ]; then
   exit 1
 fi
 echo
-echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 6 pods bound, a Job completed)"
+step "DRA: a node publishes 4 GPUs in a ResourceSlice; a pod asks for 2 and gets a claim naming the ones Slurm chose"
+# A node no running pod uses (the Job's pods are done), so its re-registration with GRES is at once.
+busy=$(kc get pods --field-selector=status.phase=Running -o jsonpath='{.items[*].spec.nodeName}')
+gpu_node=
+for n in node-1 node-2 node-3 node-4 node-5 node-6; do
+  grep -qw "$n" <<<"$busy" || { gpu_node=$n; break; }
+done
+kc apply -f examples/dra/gpu-class.yaml >/dev/null
+# What a DRA driver on that node would publish.
+kc apply -f - >/dev/null <<SLICE
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: $gpu_node-gpus}
+spec:
+  driver: gpu.example.com
+  nodeName: $gpu_node
+  pool: {name: $gpu_node, generation: 1, resourceSliceCount: 1}
+  devices:
+$(for i in 0 1 2 3; do echo "  - {name: gpu-$i, attributes: {index: {int: $i}}}"; done)
+SLICE
+for _ in $(seq 300); do
+  $st exec --name "$name" -- scontrol show node "$gpu_node" 2>/dev/null | grep -q 'Gres=gpu:gpu.example.com:4' && break
+  sleep 0.1
+done
+$st exec --name "$name" -- scontrol show node "$gpu_node" | grep -E 'NodeName|Gres='
+kc apply -f examples/dra/gpu-pod.yaml
+gpu_bound=
+for _ in $(seq 600); do
+  gpu_bound=$(kc get pod gpu -o jsonpath='{.spec.nodeName}')
+  [ -n "$gpu_bound" ] && break
+  sleep 0.1
+done
+if [ -z "$gpu_bound" ]; then
+  echo "the GPU pod did not bind within 60 s:"
+  kc describe pod gpu | sed -n '/^Conditions:/,$p'
+  exit 1
+fi
+claim=$(kc get pod gpu -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
+gpu_job=$(kc get pod gpu -o jsonpath='{.metadata.labels.scheduler\.slinky\.slurm\.net/slurm-jobid}')
+echo "pod gpu -> Slurm job $gpu_job -> $gpu_bound, claim $claim"
+$st exec --name "$name" -- scontrol show -d job "$gpu_job" | grep -E 'JobId|JOB_GRES|GRES=gpu'
+kc get resourceclaim "$claim" \
+  -o custom-columns='CLAIM:.metadata.name,DEVICES:.status.allocation.devices.results[*].device,NODE:.status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0].values[0],RESERVED_FOR:.status.reservedFor[0].name'
+done_step "bound with its claim"
+
+echo
+echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 7 pods bound, a Job completed, a GPU pod given its DRA claim)"

@@ -32,3 +32,6 @@ echo "==> building Kubernetes, etcd, JobSet and LeaderWorkerSet from their Go mo
 
 echo "==> cargo test --workspace"
 cargo test --workspace --no-fail-fast
+
+echo "==> hack/demo.sh (the README's demo, end to end)"
+./hack/demo.sh

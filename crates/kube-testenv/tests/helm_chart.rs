@@ -476,15 +476,18 @@ fn scheduler_calls() -> Vec<Perm> {
         perms("scheduling.k8s.io", &["podgroups", "workloads"], &["get"]),
         perms("scheduling.k8s.io", &["podgroups/status"], &["patch"]), // podgroup.rs
         // DRA: caches.rs ResourceSlice reflector; scheduler/claims.rs (DeviceClass get_opt,
-        // claims listed by pod uid, created, deleted; allocation written to the claim status).
+        // the claim a pod names read back, claims listed by pod uid, created, deleted;
+        // allocation written to the claim status).
         perms("resource.k8s.io", &["resourceslices"], &["list", "watch"]),
         perms("resource.k8s.io", &["deviceclasses"], &["get"]),
         perms(
             "resource.k8s.io",
             &["resourceclaims"],
-            &["list", "create", "delete"],
+            &["get", "list", "create", "delete"],
         ),
         perms("resource.k8s.io", &["resourceclaims/status"], &["patch"]),
+        // The API server's own check when a status write sets allocation or reservedFor.
+        perms("resource.k8s.io", &["resourceclaims/binding"], &["patch"]),
     ]
     .concat()
 }

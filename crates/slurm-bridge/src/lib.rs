@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod controllers;
 pub mod events;
+pub mod kube_error;
 pub mod leader;
 pub mod resources;
 pub mod scheduler;

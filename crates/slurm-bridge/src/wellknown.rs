@@ -87,6 +87,9 @@ pub mod slurmjob {
     pub const MIN_NODES: &str = "slurmjob.slinky.slurm.net/min-nodes";
     /// Slurm partition (overrides the config's default partition).
     pub const PARTITION: &str = "slurmjob.slinky.slurm.net/partition";
+    /// Pods of the group that share one node (slurm-bridge's own key; 1 by default). Slurm
+    /// sees each pod as a task: `tasks_per_node` is this, and the node count shrinks with it.
+    pub const PODS_PER_NODE: &str = "slurmjob.slinky.slurm.net/pods-per-node";
     /// Slurm job priority.
     pub const PRIORITY: &str = "slurmjob.slinky.slurm.net/priority";
     /// Slurm QOS.
@@ -101,7 +104,7 @@ pub mod slurmjob {
     pub const WCKEY: &str = "slurmjob.slinky.slurm.net/wckey";
 
     /// All keys the bridge understands, sorted.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         ACCOUNT,
         CONSTRAINTS,
         CPU_PER_TASK,
@@ -114,6 +117,7 @@ pub mod slurmjob {
         MEM_PER_NODE,
         MIN_NODES,
         PARTITION,
+        PODS_PER_NODE,
         PRIORITY,
         QOS,
         RESERVATION,

@@ -1,6 +1,8 @@
 //! DRA end to end on real Slurm (GresTypes=gpu) and the real control plane (resource.k8s.io/v1,
-//! DRAExtendedResource): node registration from ResourceSlices, claims naming exactly what Slurm
-//! allocated, device-plugin GPUs without claims, and claims deleted when their pods finish.
+//! DRAExtendedResource): node registration from ResourceSlices (and re-registration when a slice
+//! changes), claims naming exactly what Slurm allocated, two pods of one job on one node with
+//! disjoint claims, a failure injected at each step of making a claim leaving none behind,
+//! device-plugin GPUs without claims, and claims deleted when their pods finish.
 //!
 //! kube-testenv's node agent runs no DRA driver: the test creates the DeviceClasses and
 //! ResourceSlices through the API, as a driver would.
@@ -12,7 +14,7 @@ use e2e::{Env, NS};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -125,6 +127,10 @@ async fn wait_node(env: &Env, node: &str, want: &[&str]) -> String {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// The CPU DRA and GPU DRA resources of the pods below.
+const DRA_CPU: &str = "deviceclass.resource.kubernetes.io/dra.cpu";
+const DRA_GPU: &str = "deviceclass.resource.kubernetes.io/gpu.example.com";
 
 fn dra_pod(name: &str, resource: &str, n: &str, command: &[&str]) -> Value {
     e2e::pod(
@@ -344,5 +350,384 @@ async fn dra_registration_claims_and_cleanup() {
     assert_eq!(got, want, "core bitmap {bitmap}");
 
     env.assert_consistent().await;
+    controllers.stop().await;
+}
+
+/// The (driver, device) pairs of every claim in the test namespace, by claim name.
+async fn all_claims(env: &Env) -> Vec<ResourceClaim> {
+    Api::<ResourceClaim>::namespaced(env.kube.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// Two pods of one gang that share a node (`pods-per-node: 2`) run as one Slurm job of 2 tasks on
+/// one node; each gets a claim of its own, the two claims' devices are disjoint, and together
+/// they are the GPUs Slurm allocated the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_pods_of_a_job_on_one_node_get_disjoint_claims() {
+    let (env, controllers) = start().await;
+    wait_node(&env, DRA_NODE, &["Gres=gpu:gpu.example.com:4"]).await;
+    env.create(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "pair", "annotations": {"slurmjob.slinky.slurm.net/pods-per-node": "2"}},
+        "spec": {"minMember": 2}
+    }))
+    .await;
+    let names: Vec<String> = ["pair-a", "pair-b"].map(String::from).to_vec();
+    for name in &names {
+        let mut p = e2e::pod(
+            name,
+            json!({}),
+            json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+                "command": ["sleep", "6"],
+                "resources": {"requests": {DRA_GPU: "2", DRA_CPU: "2", "memory": "100Mi"},
+                              "limits": {DRA_GPU: "2", DRA_CPU: "2"}}}]}),
+        );
+        p["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "pair"});
+        env.create_pod(p).await;
+    }
+    let pods = env.wait_bound(&names, Duration::from_secs(60)).await;
+    let job_id = e2e::job_id_of(&pods[0]);
+    for p in &pods {
+        assert_eq!(e2e::job_id_of(p), job_id, "one Slurm job for the gang");
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(DRA_NODE)
+        );
+    }
+    let detail = scontrol(
+        &env,
+        &["scontrol", "show", "-d", "job", &job_id.to_string()],
+    );
+    println!("{detail}");
+    assert!(detail.contains("NumNodes=1 "), "{detail}");
+    assert!(detail.contains("NumTasks=2 "), "{detail}");
+    let idx = job_gres_indices(&detail);
+    assert_eq!(idx.len(), 4, "the job has both pods' GPUs: {detail}");
+
+    let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
+    let mut gpus_seen = BTreeSet::new();
+    let mut cpus_seen = BTreeSet::new();
+    let mut claim_names = Vec::new();
+    for p in &pods {
+        let name = claim_name(p).expect("each pod has its claim");
+        let claim = claims.get(&name).await.unwrap();
+        let reserved = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.clone())
+            .unwrap();
+        assert_eq!(
+            Some(reserved[0].uid.clone()),
+            p.uid(),
+            "reserved for its own pod"
+        );
+        let devices = allocated(&claim);
+        let gpus: Vec<_> = devices
+            .iter()
+            .filter(|d| d.0 == "gpu.example.com")
+            .collect();
+        let cpus: Vec<_> = devices.iter().filter(|d| d.0 == "dra.cpu").collect();
+        assert_eq!(
+            (gpus.len(), cpus.len()),
+            (2, 2),
+            "{}: {devices:?}",
+            p.name_any()
+        );
+        for g in gpus {
+            assert!(gpus_seen.insert(g.2.clone()), "GPU {} in two claims", g.2);
+        }
+        for c in cpus {
+            assert!(cpus_seen.insert(c.2.clone()), "CPU {} in two claims", c.2);
+        }
+        println!("{} -> {name}: {devices:?}", p.name_any());
+        claim_names.push(name);
+    }
+    let want: BTreeSet<String> = idx.iter().map(|i| format!("gpu-{i}")).collect();
+    assert_eq!(gpus_seen, want, "the claims hold exactly the job's GPUs");
+    // The CPUs are SMT siblings of the job's allocated cores.
+    let layout = env.rest.job_resources(job_id).await.unwrap();
+    let bitmap = layout
+        .iter()
+        .find(|l| l.node == DRA_NODE)
+        .and_then(|l| l.core_bitmap.clone())
+        .unwrap();
+    let allocated_cpus: BTreeSet<String> =
+        slurm_bridge::resources::bitmap::parse_core_bitmap(&bitmap)
+            .unwrap()
+            .iter()
+            .flat_map(|c| machine_cpus(*c))
+            .map(|c| format!("cpu{c}"))
+            .collect();
+    assert!(
+        cpus_seen.is_subset(&allocated_cpus),
+        "{cpus_seen:?} not within the allocated cores' CPUs {allocated_cpus:?} (bitmap {bitmap})"
+    );
+
+    // Both finish: both claims go, and the job ends.
+    for name in &claim_names {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while claims.get_opt(name).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "claim {name} not deleted");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    env.wait_job_ended(job_id, Duration::from_secs(30)).await;
+    for name in &names {
+        env.wait_pod(
+            name,
+            "finished without the finalizer",
+            Duration::from_secs(30),
+            |p| {
+                p.is_none_or(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+                        && p.finalizers().is_empty()
+                })
+            },
+        )
+        .await;
+    }
+    env.assert_invariants().await;
+    controllers.stop().await;
+}
+
+/// One injected failure per step of making a pod's claim, each by a ValidatingAdmissionPolicy
+/// that refuses one pod's write: creating the claim, allocating it in its status, pointing the
+/// pod's `extendedResourceClaimStatus` at it, and binding the pod. Each pod shows the failure, and
+/// with the scheduler stopped no claim is left and no pod names one. Without the policies, each
+/// pod is bound with exactly one claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
+    let (mut env, controllers) = start().await;
+    wait_node(&env, DRA_NODE, &["Gres=gpu:gpu.example.com:4"]).await;
+    let steps = [
+        (
+            "fail-create",
+            "resourceclaims",
+            "CREATE",
+            "!(has(object.metadata.generateName) && object.metadata.generateName.startsWith('fail-create-'))",
+            reason_claim(),
+        ),
+        (
+            "fail-allocate",
+            "resourceclaims/status",
+            "UPDATE",
+            "!(has(object.metadata.generateName) && object.metadata.generateName.startsWith('fail-allocate-'))",
+            reason_claim(),
+        ),
+        (
+            "fail-status",
+            "pods/status",
+            "UPDATE",
+            "!(object.metadata.name == 'fail-status' && has(object.status.extendedResourceClaimStatus))",
+            reason_claim(),
+        ),
+        (
+            "fail-bind",
+            "pods/binding",
+            "CREATE",
+            "object.metadata.name != 'fail-bind'",
+            "BindingFailed",
+        ),
+    ];
+    let policies: Api<kube::api::DynamicObject> = Api::all_with(
+        env.kube.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+        )),
+    );
+    let bindings: Api<kube::api::DynamicObject> = Api::all_with(
+        env.kube.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+        )),
+    );
+    // The claim-creation policy last: once it refuses a dry run, the others are in force too.
+    for (pod, resource, op, expression, _) in steps.iter().rev() {
+        let group = if resource.starts_with("pods") {
+            ""
+        } else {
+            "resource.k8s.io"
+        };
+        let policy: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": pod},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["*"],
+                    "operations": [op], "resources": [resource]}]},
+                "validations": [{"expression": expression,
+                    "message": format!("injected failure for {pod}")}]},
+        }))
+        .unwrap();
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        let binding: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": pod},
+            "spec": {"policyName": pod, "validationActions": ["Deny"]},
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
+    let probe: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"generateName": "fail-create-probe-"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+    }))
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while claims
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &probe,
+        )
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "the policies never took effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // One GPU each, on a shared node, so the four jobs run side by side.
+    for (pod, ..) in &steps {
+        let mut p = dra_pod(pod, DRA_GPU, "1", &["sleep", "infinity"]);
+        p["metadata"]["annotations"] = json!({"slurmjob.slinky.slurm.net/exclusive": "false"});
+        env.create_pod(p).await;
+    }
+    for (pod, _, _, _, reason) in &steps {
+        let message = env
+            .wait_condition(pod, reason, Duration::from_secs(60))
+            .await;
+        assert!(
+            message.contains(&format!("injected failure for {pod}")),
+            "{pod}: {message}"
+        );
+        println!("{pod}: {reason}: {message}");
+    }
+    env.stop_scheduler().await;
+    let left = all_claims(&env).await;
+    assert!(
+        left.is_empty(),
+        "claims left behind: {:?}",
+        left.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+    );
+    for (pod, ..) in &steps {
+        let p = env.pods().get(pod).await.unwrap();
+        assert_eq!(claim_name(&p), None, "{pod} names a claim");
+        assert!(!e2e::node_name_is_set(&p), "{pod} is bound");
+    }
+
+    // The policies go: every pod is bound with exactly one claim, and no GPU is in two.
+    for (pod, ..) in &steps {
+        bindings
+            .delete(pod, &DeleteParams::default())
+            .await
+            .unwrap();
+        policies
+            .delete(pod, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while claims
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &probe,
+        )
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the policies never went away");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.start_scheduler().await;
+    let names: Vec<String> = steps.iter().map(|s| s.0.to_string()).collect();
+    let pods = env.wait_bound(&names, Duration::from_secs(90)).await;
+    let all = all_claims(&env).await;
+    assert_eq!(all.len(), steps.len(), "one claim per pod");
+    let mut gpus = BTreeSet::new();
+    for p in &pods {
+        let name = claim_name(p).expect("a claim");
+        let claim = all
+            .iter()
+            .find(|c| c.name_any() == name)
+            .expect("the named claim exists");
+        for (_, _, device) in allocated(claim) {
+            assert!(gpus.insert(device.clone()), "{device} in two claims");
+        }
+    }
+    assert_eq!(gpus.len(), steps.len());
+    env.assert_invariants().await;
+    controllers.stop().await;
+}
+
+fn reason_claim() -> &'static str {
+    slurm_bridge::scheduler::claims::REASON_CLAIM_FAILED
+}
+
+/// A ResourceSlice that changes (a fifth GPU) re-registers the idle node with the new GRES; a pod
+/// asking for 5 GPUs, refused by Slurm before ("Requested node configuration is not available"),
+/// is sent again at once when the node's configuration changes, not after the 5-minute wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_changed_slice_re_registers_the_node() {
+    let (env, controllers) = start().await;
+    wait_node(&env, DRA_NODE, &["Gres=gpu:gpu.example.com:4"]).await;
+    env.create_pod(dra_pod("five", DRA_GPU, "5", &["sleep", "infinity"]))
+        .await;
+    let refused = env
+        .wait_condition("five", "SlurmSubmitFailed", Duration::from_secs(60))
+        .await;
+    println!("before the fifth GPU: {refused}");
+    let slices: Api<ResourceSlice> = Api::all(env.kube.clone());
+    let gpus: Vec<Value> = (0..5)
+        .map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"index": {"int": i}}}))
+        .collect();
+    let started = Instant::now();
+    slices
+        .patch(
+            "dra-1-gpu",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pool": {"generation": 2}, "devices": gpus}})),
+        )
+        .await
+        .unwrap();
+    let shown = wait_node(&env, DRA_NODE, &["Gres=gpu:gpu.example.com:5"]).await;
+    println!(
+        "re-registered {:.1} s after the slice changed:\n{shown}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(shown.contains("CPUTot=8"), "{shown}");
+    // The refused pod is sent again and gets all 5.
+    let pod = env
+        .wait_bound(&["five".into()], Duration::from_secs(30))
+        .await
+        .remove(0);
+    println!(
+        "the refused pod bound {:.1} s after the slice changed",
+        started.elapsed().as_secs_f64()
+    );
+    let claim = Api::<ResourceClaim>::namespaced(env.kube.clone(), NS)
+        .get(&claim_name(&pod).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(allocated(&claim).len(), 5);
+    env.assert_invariants().await;
     controllers.stop().await;
 }

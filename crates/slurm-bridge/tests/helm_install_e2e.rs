@@ -5,7 +5,7 @@
 //!
 //! Then a pod created in a managed namespace is admitted (the chart's webhook configurations,
 //! self-managed certificates), scheduled through Slurm, bound, runs and completes, and its job
-//! ends; `helm upgrade` with a changed value keeps the webhooks working; `helm uninstall` leaves
+//! ends; a GPU pod gets its DRA claim, which goes with it; `helm upgrade` with a changed value keeps the webhooks working; `helm uninstall` leaves
 //! no webhook configuration, ClusterRole or binding behind, and pods are created freely again.
 
 mod e2e;
@@ -218,6 +218,70 @@ fn pod(name: &str, seconds: u32) -> Pod {
     .unwrap()
 }
 
+async fn dra_round_trip(env: &Env, pods: &Api<Pod>) {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    let class: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "gpu.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]},
+    }))
+    .unwrap();
+    Api::<DeviceClass>::all(env.kube.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let slice: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "node-2-gpus"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "node-2",
+                 "pool": {"name": "node-2", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0", "attributes": {"index": {"int": 0}}},
+                             {"name": "gpu-1", "attributes": {"index": {"int": 1}}}]},
+    }))
+    .unwrap();
+    Api::<ResourceSlice>::all(env.kube.clone())
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let resource = "deviceclass.resource.kubernetes.io/gpu.example.com";
+    let gpu: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "gpu", "namespace": MANAGED_NS},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+            "command": ["sleep", "3"],
+            "resources": {"requests": {resource: "1", "memory": "100Mi"}, "limits": {resource: "1"}}}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &gpu).await.unwrap();
+    let bound = env
+        .wait_bound_in(MANAGED_NS, &["gpu".to_string()], Duration::from_secs(90))
+        .await
+        .remove(0);
+    assert_eq!(
+        bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("node-2")
+    );
+    let claim = bound
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|s| s.resource_claim_name.clone())
+        .expect("the GPU pod names its claim");
+    let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), MANAGED_NS);
+    let allocated = claims
+        .get(&claim)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .unwrap_or_default();
+    assert_eq!(allocated.len(), 1, "one GPU allocated in {claim}");
+    wait_for("GPU claim deleted", Duration::from_secs(60), async || {
+        claims.get_opt(&claim).await.unwrap().is_none()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     let env = Env::start(2).await;
@@ -321,6 +385,10 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
         !env.active_job_ids().contains(&job_id)
     })
     .await;
+    // DRA under the chart's RBAC: a node's GPU slice re-registers it with GRES, a pod asking for
+    // a GPU is bound with an allocated claim (scheduler: DeviceClass get, claims get, list,
+    // create, status patch, pod status), and the claim goes with the pod (controllers: delete).
+    dra_round_trip(&env, &pods).await;
     // The validating webhook is in force too.
     let mut forged = pod("forged", 1);
     forged.metadata.labels = Some(

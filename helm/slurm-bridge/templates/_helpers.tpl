@@ -344,9 +344,13 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
   verbs: ["get"]
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims"]
-  verbs: ["list", "create", "delete"]
+  verbs: ["get", "list", "create", "delete"]
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims/status"]
+  verbs: ["patch"]
+# Kubernetes checks this extra permission when a status write sets allocation or reservedFor.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims/binding"]
   verbs: ["patch"]
 {{- end -}}
 

@@ -80,6 +80,19 @@ pub fn gres_for<'a>(
     Ok(best.map(|(_, s)| s))
 }
 
+/// `gres` (as [`gres_for`] makes it, `<name>=<count>`) for `n` times the devices: the GRES per
+/// node of `n` pods sharing a node. A string without a count is one device.
+pub fn gres_times(gres: &str, n: u32) -> String {
+    let (name, count) = match gres.rsplit_once('=') {
+        Some((name, c)) => match c.parse::<u64>() {
+            Ok(c) => (name, c),
+            Err(_) => return gres.to_string(),
+        },
+        None => (gres, 1),
+    };
+    format!("{name}={}", count.saturating_mul(u64::from(n)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +172,16 @@ mod tests {
             text.contains("fpga.acme.com") && text.contains("does not support"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn gres_times_scales_the_count() {
+        assert_eq!(
+            gres_times("gres/gpu:gpu.example.com=2", 3),
+            "gres/gpu:gpu.example.com=6"
+        );
+        assert_eq!(gres_times("gres/gpu", 2), "gres/gpu=2");
+        assert_eq!(gres_times("gres/gpu=x", 2), "gres/gpu=x");
     }
 
     #[test]

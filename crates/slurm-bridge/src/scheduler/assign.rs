@@ -4,6 +4,8 @@
 //! original re-assigned arbitrary nodes on every pass, quirk 15, which the webhook then rejected
 //! for running pods).
 //!
+//! Pods share a node when the group asks for it (`pods-per-node`, Slurm's tasks per node).
+//!
 //! An allocation may have fewer nodes than the job has pods: a coscheduling PodGroup asks Slurm
 //! for `minMember..group size` nodes, and Slurm grants any count in that range (tried on Slurm
 //! 26.05: `nodes=3, minimum_nodes=2, maximum_nodes=3` with 2 nodes free runs on 2). Then the pods
@@ -38,26 +40,40 @@ pub fn kube_nodes(
         .collect()
 }
 
-/// Assigns one distinct node to as many pods as there are nodes. `pods` are `(pod key, current
-/// node)`: the node a bound pod is on, or an unbound pod's node annotation. A pod keeps its
-/// current node when the allocation has it; the others get the remaining nodes in the order of
-/// their keys. Returns `pod key -> node`; pods beyond the node count are not in it.
-pub fn assign(pods: &[(String, Option<String>)], nodes: &[String]) -> BTreeMap<String, String> {
-    let mut free: BTreeSet<&String> = nodes.iter().collect();
+/// Assigns nodes to pods, at most `per_node` pods (the job's `pods-per-node`, at least one) on
+/// each node. `pods` are `(pod key, current node)`: the node a bound pod is on, or an unbound
+/// pod's node annotation. A pod keeps its current node when the allocation has it and it has
+/// room; the others fill the remaining room in the order of their keys, node by node in the
+/// allocation's order. Returns `pod key -> node`; pods beyond the room are not in it.
+pub fn assign(
+    pods: &[(String, Option<String>)],
+    nodes: &[String],
+    per_node: usize,
+) -> BTreeMap<String, String> {
+    let per_node = per_node.max(1);
+    let mut room: BTreeMap<&String, usize> = nodes.iter().map(|n| (n, per_node)).collect();
     let mut out = BTreeMap::new();
     let mut rest = Vec::new();
     for (pod, current) in pods {
-        match current.as_ref().filter(|n| free.contains(n)) {
-            Some(node) => {
-                free.remove(node);
+        match current
+            .as_ref()
+            .and_then(|n| room.get_mut(n).filter(|r| **r > 0).map(|r| (n, r)))
+        {
+            Some((node, r)) => {
+                *r -= 1;
                 out.insert(pod.clone(), node.clone());
             }
             None => rest.push(pod),
         }
     }
-    let mut sorted_rest: Vec<&String> = rest;
-    sorted_rest.sort();
-    for (pod, node) in sorted_rest.into_iter().zip(free) {
+    rest.sort();
+    let mut free = nodes
+        .iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .flat_map(|n| std::iter::repeat_n(n, room[n]));
+    for pod in rest {
+        let Some(node) = free.next() else { break };
         out.insert(pod.clone(), node.clone());
     }
     out
@@ -78,7 +94,7 @@ mod tests {
             ("ns/b".to_string(), Some("n3".to_string())),
             ("ns/c".to_string(), Some("gone".to_string())),
         ];
-        let got = assign(&pods, &s(&["n1", "n2", "n3"]));
+        let got = assign(&pods, &s(&["n1", "n2", "n3"]), 1);
         assert_eq!(got["ns/b"], "n3");
         assert_eq!(got["ns/a"], "n1");
         assert_eq!(got["ns/c"], "n2");
@@ -93,13 +109,38 @@ mod tests {
             ("ns/b".to_string(), None),
             ("ns/c".to_string(), Some("n2".to_string())),
         ];
-        let got = assign(&pods, &s(&["n1", "n2"]));
+        let got = assign(&pods, &s(&["n1", "n2"]), 1);
         assert_eq!(got.len(), 2);
         assert_eq!(got["ns/c"], "n2");
         assert_eq!(got["ns/a"], "n1");
         assert!(!got.contains_key("ns/b"));
         // No node at all: nobody is placed, nothing fails.
-        assert!(assign(&pods, &[]).is_empty());
+        assert!(assign(&pods, &[], 1).is_empty());
+    }
+
+    #[test]
+    fn pods_per_node_share_nodes() {
+        // 3 pods, 2 per node, on 2 nodes: the bound pod keeps n2, the others fill n1 first.
+        let pods = vec![
+            ("ns/a".to_string(), None),
+            ("ns/b".to_string(), None),
+            ("ns/c".to_string(), Some("n2".to_string())),
+        ];
+        let got = assign(&pods, &s(&["n1", "n2"]), 2);
+        assert_eq!(got["ns/c"], "n2");
+        assert_eq!(got["ns/a"], "n1");
+        assert_eq!(got["ns/b"], "n1");
+        // One node of room 2: the third pod is left out.
+        let got = assign(&pods, &s(&["n1"]), 2);
+        assert_eq!(got.len(), 2);
+        assert!(!got.contains_key("ns/c"));
+        // Two pods claiming one node of room 1: the first keeps it, the second moves.
+        let both = vec![
+            ("ns/a".to_string(), Some("n1".to_string())),
+            ("ns/b".to_string(), Some("n1".to_string())),
+        ];
+        let got = assign(&both, &s(&["n1", "n2"]), 1);
+        assert_eq!((got["ns/a"].as_str(), got["ns/b"].as_str()), ("n1", "n2"));
     }
 
     #[test]

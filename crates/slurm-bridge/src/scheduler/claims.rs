@@ -7,9 +7,10 @@
 //!
 //! Per node of the allocation, the pods placed there split Slurm's cores and GRES indices in pod
 //! key order ([`crate::resources::dra::share`]), so each pass computes the same split and no two
-//! pods get one device. Any failure on the way deletes the claim it made: none is left behind.
-//! A pod that already has its claim (seen through `extendedResourceClaimStatus`, or a claim
-//! labelled with the pod's uid, when the cache is behind) is not given a second one.
+//! pods get one device. Any failure on the way deletes the claim it made, and a failed binding
+//! deletes it too ([`undo`]): none is left behind. A pod that already has its claim (named by its
+//! `extendedResourceClaimStatus` and holding this allocation's devices, or labelled with the pod's
+//! uid when the cache is behind) is not given a second one.
 
 use super::context::{Ctx, Slurm};
 use crate::resources::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInventory};
@@ -44,7 +45,7 @@ pub enum ClaimError {
     },
     #[error("Slurm job {job_id} reports no resources on node {node}")]
     NoLayout { job_id: u32, node: String },
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", crate::kube_error::Brief(source))]
     Kube { what: String, source: kube::Error },
 }
 
@@ -167,15 +168,6 @@ pub async fn ensure_claim<S: Slurm>(
     let Some(p) = plan.pods.get(&pod_key(pod)) else {
         return Ok(None);
     };
-    if let Some(name) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.extended_resource_claim_status.as_ref())
-        .map(|s| s.resource_claim_name.clone())
-        .filter(|n| !n.is_empty())
-    {
-        return Ok(Some(name));
-    }
     let ns = pod.namespace().unwrap_or_default();
     let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = pod.uid().unwrap_or_default();
@@ -183,6 +175,22 @@ pub async fn ensure_claim<S: Slurm>(
     let parts = dra::claim_parts(&p.node, &p.inv, &p.ask, &p.share, &classes)?;
     if parts.requests.is_empty() || parts.mappings.is_empty() {
         return Ok(None);
+    }
+    // A claim named by the pod is kept only when it holds this plan's devices on this node: a
+    // pod whose earlier allocation ended before it was bound must not carry its old devices.
+    if let Some(name) = claim_of(pod) {
+        let current = claims
+            .get_opt(name)
+            .await
+            .map_err(kube_err(format!("reading ResourceClaim {ns}/{name}")))?;
+        if current
+            .as_ref()
+            .is_some_and(|c| holds(c, &p.node, &parts.results, &uid))
+        {
+            return Ok(Some(name.to_string()));
+        }
+        tracing::info!(pod = %pod_key(pod), claim = %name, node = %p.node,
+            "the pod's ResourceClaim does not hold this allocation's devices; making a new one");
     }
     // A claim made by an earlier pass whose pod status write the cache does not show yet, or
     // that failed half way: deleted and made again, so the pod gets exactly one.
@@ -283,6 +291,87 @@ pub async fn ensure_claim<S: Slurm>(
     Ok(Some(name))
 }
 
+/// The claim the pod's `extendedResourceClaimStatus` names.
+fn claim_of(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|s| s.resource_claim_name.as_str())
+        .filter(|n| !n.is_empty())
+}
+
+/// True when `claim` is allocated exactly `results` on `node` and reserved for the pod `uid`.
+fn holds(
+    claim: &ResourceClaim,
+    node: &str,
+    results: &[k8s_openapi::api::resource::v1::DeviceRequestAllocationResult],
+    uid: &str,
+) -> bool {
+    let Some(status) = claim.status.as_ref() else {
+        return false;
+    };
+    let Some(alloc) = status.allocation.as_ref() else {
+        return false;
+    };
+    let on_node = alloc
+        .node_selector
+        .as_ref()
+        .and_then(|s| s.node_selector_terms.first())
+        .and_then(|t| t.match_fields.as_ref())
+        .and_then(|f| f.first())
+        .and_then(|r| r.values.as_ref())
+        .is_some_and(|v| v.len() == 1 && v[0] == node);
+    let triple = |r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult| {
+        (
+            r.request.clone(),
+            r.driver.clone(),
+            r.pool.clone(),
+            r.device.clone(),
+        )
+    };
+    let have: BTreeSet<_> = alloc
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .into_iter()
+        .flatten()
+        .map(triple)
+        .collect();
+    let want: BTreeSet<_> = results.iter().map(triple).collect();
+    let reserved = status
+        .reserved_for
+        .as_ref()
+        .is_some_and(|r| r.iter().any(|c| c.uid == uid));
+    on_node && have == want && reserved
+}
+
+/// Undoes [`ensure_claim`] for a pod that could not be bound: deletes its claim and clears its
+/// `extendedResourceClaimStatus`, so no claim holds devices for a pod that does not run there.
+/// Failures are logged: the claim is owned by the pod, and the next pass checks it again.
+pub async fn undo<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, name: &str) {
+    let ns = pod.namespace().unwrap_or_default();
+    let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Err(e) = delete_claim(&claims, name).await {
+        tracing::warn!(pod = %pod_key(pod), claim = %name, error = %e,
+            "deleting the ResourceClaim of a pod that was not bound failed");
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let params = PatchParams {
+        field_manager: Some(ctx.config.scheduler_name.clone()),
+        ..Default::default()
+    };
+    let clear = json!({"status": {"extendedResourceClaimStatus": null}});
+    match pods
+        .patch_status(&pod.name_any(), &params, &Patch::Merge(&clear))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => tracing::warn!(pod = %pod_key(pod), error = %e,
+            "clearing the pod's extendedResourceClaimStatus failed"),
+    }
+}
+
 /// The DeviceClasses of the pod's asks that exist.
 async fn existing_classes<S: Slurm>(
     ctx: &Ctx<S>,
@@ -321,13 +410,7 @@ async fn delete_claim(claims: &Api<ResourceClaim>, name: &str) -> Result<(), Cla
 /// Deletes the claim a finished pod's `extendedResourceClaimStatus` names (reference §6.1); a
 /// claim already gone is fine.
 pub async fn delete_pod_claim(client: &kube::Client, pod: &Pod) -> Result<(), kube::Error> {
-    let Some(name) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.extended_resource_claim_status.as_ref())
-        .map(|s| s.resource_claim_name.as_str())
-        .filter(|n| !n.is_empty())
-    else {
+    let Some(name) = claim_of(pod) else {
         return Ok(());
     };
     let claims: Api<ResourceClaim> =

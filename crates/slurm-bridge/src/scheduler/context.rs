@@ -149,13 +149,19 @@ impl<S: Slurm> Ctx<S> {
         )
     }
 
-    /// What a job description is made of, for [`super::rejection::Rejections`]: its hash and
-    /// the node generations (a node change may make a rejected description acceptable even if
-    /// the description itself is the same).
+    /// What a job description is made of, for [`super::rejection::Rejections`]: its hash, the
+    /// node generations and the Slurm nodes' configuration generation (a node change, such as a
+    /// node registered anew with GPUs, may make a rejected description acceptable even if the
+    /// description itself is the same).
     pub fn fingerprint(&self, desc_hash: u64) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (desc_hash, self.generations()).hash(&mut h);
+        (
+            desc_hash,
+            self.generations(),
+            self.slurm_nodes.config_generation(),
+        )
+            .hash(&mut h);
         h.finish()
     }
 

@@ -20,12 +20,15 @@ const ATTEMPTS: u32 = 4;
 /// Why the PodGroup could not be marked.
 #[derive(Debug, thiserror::Error)]
 pub enum MarkError {
-    #[error("reading PodGroup {podgroup}: {source}")]
+    #[error("reading PodGroup {podgroup}: {}", crate::kube_error::Brief(source))]
     Read {
         podgroup: String,
         source: kube::Error,
     },
-    #[error("applying PodGroupScheduled to PodGroup {podgroup}: {source}")]
+    #[error(
+        "applying PodGroupScheduled to PodGroup {podgroup}: {}",
+        crate::kube_error::Brief(source)
+    )]
     Apply {
         podgroup: String,
         source: kube::Error,

@@ -28,7 +28,7 @@ use std::time::Duration;
 /// Why a pass failed; the pod is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", crate::kube_error::Brief(.0))]
     Kube(#[from] kube::Error),
     #[error("Slurm: {0}")]
     Slurm(#[from] slurm_rest::Error),
@@ -350,7 +350,7 @@ fn job_desc<S: Slurm>(
             placement.nodes,
             tr.ir.pods.len(),
             tr.group_key,
-            if needed == tr.ir.pods.len() {
+            if needed == tr.ir.node_count() {
                 ""
             } else {
                 " at least"
@@ -614,8 +614,9 @@ async fn shrunk_while_pending<S: Slurm>(
                 continue;
             }
             let message = format!(
-                "removing the label of cancelled Slurm job {} failed: {e}",
-                job.job_id
+                "removing the label of cancelled Slurm job {} failed: {}",
+                job.job_id,
+                crate::kube_error::Brief(&e)
             );
             report(ctx, p, reason::SCHEDULER_ERROR, &message).await;
             return Err(e.into());
@@ -870,7 +871,7 @@ async fn bind_allocation<S: Slurm>(
             p.annotations().get(ANNOTATION_SLURM_NODE).cloned(),
         )
     }));
-    let plan = assign::assign(&wanted, &kube);
+    let plan = assign::assign(&wanted, &kube, tr.ir.job.pods_per_node());
     ctx.metrics.allocated(job.job_id);
     // DRA: the devices each pod asking for them gets (no Slurm call for pods without).
     let kube_to_slurm: BTreeMap<&String, &String> =
@@ -904,7 +905,13 @@ async fn bind_allocation<S: Slurm>(
         let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
             // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
             Ok(()) => match claims::ensure_claim(ctx, claim_plan, p).await {
-                Ok(_) => ctx.writer.bind(writes, p, node).await,
+                Ok(claim) => {
+                    let bound = ctx.writer.bind(writes, p, node).await;
+                    if let (Err(_), Some(name)) = (&bound, &claim) {
+                        claims::undo(ctx, p, name).await;
+                    }
+                    bound
+                }
                 Err(e) => {
                     let message = format!("Slurm job {} on node {node}: {e}", job.job_id);
                     report(ctx, p, claims::REASON_CLAIM_FAILED, &message).await;
@@ -930,8 +937,9 @@ async fn bind_allocation<S: Slurm>(
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => {
                 let message = format!(
-                    "binding to node {node} (Slurm job {}) failed: {e}",
-                    job.job_id
+                    "binding to node {node} (Slurm job {}) failed: {}",
+                    job.job_id,
+                    crate::kube_error::Brief(&e)
                 );
                 report(ctx, p, reason::BINDING_FAILED, &message).await;
                 Err(e.into())

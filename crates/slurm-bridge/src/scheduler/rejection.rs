@@ -2,8 +2,9 @@
 //! run: "Requested node configuration is not available", an unknown partition, QOS, account,
 //! reservation, feature or license) is not retried every few seconds. The group waits with
 //! `SlurmSubmitFailed` and Slurm's text until something the job description is made of changes
-//! (the pods, their group and its annotations, the nodes Kubernetes may use, Slurm's node names),
-//! or [`RETRY_AFTER`] has passed (a change inside Slurm, a new partition say, is not seen).
+//! (the pods, their group and its annotations, the nodes Kubernetes may use, Slurm's node names
+//! and what they are configured with: CPUs, memory, GRES, features, partitions), or
+//! [`RETRY_AFTER`] has passed (another change inside Slurm, a new partition say, is not seen).
 
 use slurm_rest::ErrorKind;
 use std::collections::HashMap;

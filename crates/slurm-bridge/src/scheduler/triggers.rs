@@ -41,30 +41,82 @@ impl Triggers {
     }
 }
 
-/// Pod changes: per-pod state is kept in step, and a changed pod is reconciled (while leading).
+/// Pod changes: per-pod state is kept in step, and a pod is reconciled (while leading) when what
+/// a pass reads of it changed. A change of its conditions alone (the scheduler's own
+/// `PodScheduled` reports among them) starts no pass: a failure whose message differs each time
+/// (naming a generated object, say) would otherwise retry at once, never backing off.
 pub(super) async fn follow_pods<S: Slurm>(
     ctx: Arc<Ctx<S>>,
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Change<Pod>>,
     triggers: Arc<Triggers>,
 ) {
+    let mut seen: std::collections::HashMap<String, u64> = Default::default();
     while let Some(change) = changes.recv().await {
         ctx.pod_change(&change);
-        if let Change::Applied(pod) = &change {
-            triggers.send(ObjectRef::from_obj(&**pod));
+        match &change {
+            Change::Applied(pod) => {
+                let key = pod.metadata.uid.clone().unwrap_or_default();
+                let now = scheduling_inputs(pod);
+                if seen.insert(key, now) != Some(now) {
+                    triggers.send(ObjectRef::from_obj(&**pod));
+                }
+            }
+            Change::Deleted(pod) => {
+                seen.remove(pod.metadata.uid.as_deref().unwrap_or_default());
+            }
+            Change::Relisted => {
+                let live: std::collections::HashSet<String> = ctx
+                    .pods
+                    .state()
+                    .iter()
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect();
+                seen.retain(|uid, _| live.contains(uid));
+            }
         }
     }
 }
 
-/// Slurm node listings: when the set of Slurm nodes changes (a node registered or removed), every
-/// unbound pod is reconciled, so a pod that found no node is placed at once, not at its retry.
+/// A hash of what a scheduling pass reads of a pod: labels, annotations, owners, finalizers,
+/// deletion, spec, phase and claim status; not its conditions or resource version.
+fn scheduling_inputs(pod: &Pod) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let m = &pod.metadata;
+    let status = pod.status.as_ref();
+    let inputs = serde_json::to_vec(&(
+        &m.labels,
+        &m.annotations,
+        &m.owner_references,
+        &m.finalizers,
+        &m.deletion_timestamp,
+        &pod.spec,
+        status.and_then(|s| s.phase.as_ref()),
+        status.and_then(|s| s.extended_resource_claim_status.as_ref()),
+    ))
+    .unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    inputs.hash(&mut h);
+    h.finish()
+}
+
+/// Slurm node listings: when the set of Slurm nodes changes (a node registered or removed) or a
+/// node's configuration does (registered anew with GPUs, say), every unbound pod is reconciled,
+/// so a pod that found no node, or whose job Slurm refused for the nodes' configuration, is
+/// placed at once, not at its retry.
 pub(super) async fn follow_slurm_nodes<S: Slurm>(
     ctx: Arc<Ctx<S>>,
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Arc<Vec<String>>>,
     triggers: Arc<Triggers>,
 ) {
-    let mut generation = ctx.slurm_nodes.snapshot().generation;
+    let current = |ctx: &Ctx<S>| {
+        (
+            ctx.slurm_nodes.snapshot().generation,
+            ctx.slurm_nodes.config_generation(),
+        )
+    };
+    let mut generation = current(&ctx);
     while changes.recv().await.is_some() {
-        let now = ctx.slurm_nodes.snapshot().generation;
+        let now = current(&ctx);
         if now == generation {
             continue;
         }
@@ -107,5 +159,35 @@ pub(super) async fn forward_job_events<S: Slurm>(
         for (ns, name) in reconcile::comment_pods(&event.job().comment) {
             triggers.send(ObjectRef::new(name).within(ns));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conditions_alone_start_no_pass() {
+        let pod = |labels: serde_json::Value, message: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "uid": "u", "labels": labels, "resourceVersion": message},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "message": message}]},
+            }))
+            .unwrap()
+        };
+        let first = scheduling_inputs(&pod(json!({}), "claim a-1 failed"));
+        assert_eq!(
+            first,
+            scheduling_inputs(&pod(json!({}), "claim a-2 failed")),
+            "another condition message and resource version: same inputs"
+        );
+        assert_ne!(
+            first,
+            scheduling_inputs(&pod(json!({"x": "1"}), "claim a-1 failed")),
+            "a label is an input"
+        );
     }
 }

@@ -32,6 +32,8 @@ pub struct SlurmNodeCache<S> {
     /// Receivers of the names that changed per listing; closed ones are dropped.
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<Vec<String>>>>>,
     synced: watch::Sender<bool>,
+    /// Moves when a node appears, goes, or changes its configuration ([`Self::config_generation`]).
+    config_generation: std::sync::atomic::AtomicU64,
 }
 
 /// What a change of a node means to its subscribers; fields that move all the time (allocated
@@ -41,6 +43,7 @@ fn watched(n: &Node) -> impl PartialEq + '_ {
         &n.state,
         &n.reason,
         n.cpus,
+        (n.sockets, n.cores, n.threads),
         n.real_memory,
         &n.gres,
         &n.features,
@@ -48,6 +51,29 @@ fn watched(n: &Node) -> impl PartialEq + '_ {
         &n.partitions,
         &n.topology,
     )
+}
+
+/// What a node is configured with: what a job description can ask for. A change may make a job
+/// Slurm refused ("Requested node configuration is not available") acceptable.
+fn configured(n: &Node) -> impl PartialEq + '_ {
+    (
+        n.cpus,
+        n.sockets,
+        n.cores,
+        n.threads,
+        n.real_memory,
+        &n.gres,
+        &n.features,
+        &n.partitions,
+    )
+}
+
+/// True when a node appeared, went, or changed its configuration between two listings.
+fn configuration_changed(old: &BTreeMap<String, Node>, new: &BTreeMap<String, Node>) -> bool {
+    old.len() != new.len()
+        || new
+            .iter()
+            .any(|(name, n)| old.get(name).is_none_or(|o| configured(o) != configured(n)))
 }
 
 /// The names of the nodes that appeared, disappeared or changed between two listings, sorted.
@@ -71,6 +97,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             nodes: RwLock::new(Arc::new(BTreeMap::new())),
             subscribers: Mutex::new(Vec::new()),
             synced: watch::channel(false).0,
+            config_generation: Default::default(),
         })
     }
 
@@ -81,6 +108,14 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// A number that moves when a node appears, goes, or changes what it is configured with
+    /// (CPUs, layout, memory, GRES, features, partitions), but not with its state or load: a job
+    /// description Slurm refused for the configuration may pass after it moved.
+    pub fn config_generation(&self) -> u64 {
+        self.config_generation
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every node as of the last successful listing, by name.
@@ -136,6 +171,10 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
         let changed = {
             let mut current = self.nodes.write().unwrap_or_else(|e| e.into_inner());
             let changed = changed_names(&current, &by_name);
+            if configuration_changed(&current, &by_name) {
+                self.config_generation
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             *current = Arc::new(by_name);
             changed
         };
@@ -280,11 +319,22 @@ mod tests {
             Some("maintenance")
         );
 
-        // A reason change alone keeps the names' generation.
+        // A reason change alone keeps the names' generation, and the configuration's.
+        let config = cache.config_generation();
         *table.0.lock().unwrap() = vec![node("n1", Some("other"), 4)];
         cache.refresh().await.unwrap();
         assert_eq!(*rx.try_recv().unwrap(), ["n1"]);
         assert_eq!(cache.snapshot().generation, generation + 1);
+        assert_eq!(cache.config_generation(), config);
+
+        // Registered anew with GPUs: same name, same names' generation, a new configuration.
+        let mut gpus = node("n1", Some("other"), 4);
+        gpus.gres = Some("gpu:gpu.example.com:4".into());
+        *table.0.lock().unwrap() = vec![gpus];
+        cache.refresh().await.unwrap();
+        assert_eq!(*rx.try_recv().unwrap(), ["n1"]);
+        assert_eq!(cache.snapshot().generation, generation + 1);
+        assert_eq!(cache.config_generation(), config + 1);
 
         // A dropped receiver is forgotten.
         drop(rx);

@@ -27,6 +27,7 @@ const EXPECT_MEM: &str =
     "a positive Kubernetes memory quantity such as 4Gi or 512Mi (rounded up to whole MiB)";
 const EXPECT_BOOL: &str = "true or false";
 const EXPECT_NODES: &str = "a whole number of nodes from 1 to 2147483647";
+const EXPECT_PODS: &str = "a whole number of pods per node from 1 to 2147483647";
 const EXPECT_MINUTES: &str = "a whole number of minutes from 1 to 2147483647";
 const EXPECT_PRIORITY: &str = "a whole number from 0 to 4294967293";
 const EXPECT_STRING: &str = "a non-empty string";
@@ -72,6 +73,11 @@ fn parse_positive(value: &str, expected: &'static str) -> Result<u32, &'static s
 /// A node count.
 pub fn parse_nodes(value: &str) -> Result<u32, &'static str> {
     parse_positive(value, EXPECT_NODES)
+}
+
+/// A pod count per node.
+pub fn parse_pods(value: &str) -> Result<u32, &'static str> {
+    parse_positive(value, EXPECT_PODS)
 }
 
 /// A time limit in minutes.
@@ -121,6 +127,7 @@ pub fn apply(
             key::MEM_PER_NODE => parse_mem_mib(v).map(|n| job.mem_per_node_mib = Some(n)),
             key::MIN_NODES => parse_nodes(v).map(|n| job.min_nodes = Some(n)),
             key::PARTITION => parse_string(v).map(|s| job.partition = Some(s)),
+            key::PODS_PER_NODE => parse_pods(v).map(|n| job.pods_per_node = Some(n)),
             key::PRIORITY => parse_priority(v).map(|n| job.priority = Some(n)),
             key::QOS => parse_string(v).map(|s| job.qos = Some(s)),
             key::RESERVATION => parse_string(v).map(|s| job.reservation = Some(s)),
@@ -206,6 +213,7 @@ mod tests {
                 (key::MEM_PER_NODE, "1Gi"),
                 (key::MIN_NODES, "2"),
                 (key::PARTITION, "debug"),
+                (key::PODS_PER_NODE, "2"),
                 (key::PRIORITY, "10"),
                 (key::QOS, "high"),
                 (key::RESERVATION, "resv"),
@@ -231,6 +239,8 @@ mod tests {
                 mem_per_node_mib: Some(1024),
                 min_nodes: Some(2),
                 partition: Some("debug".into()),
+                pods_per_node: Some(2),
+                unpacked: None,
                 priority: Some(10),
                 qos: Some("high".into()),
                 reservation: Some("resv".into()),

@@ -5,14 +5,15 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::annotations;
-use super::ir::{SlurmJobIr, pod_key};
+use super::ir::{JobInfo, SlurmJobIr, Unpacked, pod_key};
 use super::kinds::{self, KindOutput, pod_label, pod_namespace};
 use super::owner::root_owner;
 use super::reader::{ObjectRef, ReadError, WorkloadReader};
 use super::{TranslateError, Translation, kind};
-use crate::resources::gres::gres_for;
+use crate::resources::gres::{gres_for, gres_times};
 use crate::resources::pod_resources::cpu_and_memory;
-use crate::wellknown::LABEL_COSCHEDULING_POD_GROUP;
+use crate::wellknown::{LABEL_COSCHEDULING_POD_GROUP, slurmjob};
+use std::collections::BTreeMap;
 
 /// Translate one pod: find its group and the external job for that group.
 ///
@@ -22,7 +23,8 @@ use crate::wellknown::LABEL_COSCHEDULING_POD_GROUP;
 ///    PodGroup when it exists (NotFound or an unserved kind: the label is ignored, as in
 ///    the reference; any other read error is an error rather than a silent single-pod job).
 /// 4. Else the root kind decides (Job, JobSet, LeaderWorkerSet, or one pod).
-/// 5. CPU and memory from the pods, then GRES, then the annotations override.
+/// 5. CPU and memory from the pods, then GRES, then the annotations override, then
+///    `pods-per-node` packs the pods.
 pub async fn translate<R: WorkloadReader>(
     reader: &R,
     pod: &Pod,
@@ -78,6 +80,37 @@ async fn coscheduling<R: WorkloadReader>(
     }
 }
 
+/// `pods-per-node` pods on each node: Slurm sees each pod as a task, so `tasks_per_node` is the
+/// pod count per node (never more than the group has), the kind's node counts shrink by it, and
+/// the per-node memory and GRES derived from one pod grow by it. Values the annotations set are
+/// taken as given. The values before scaling are kept for a pod that gets a job of its own.
+fn pack(job: &mut JobInfo, ann: &BTreeMap<String, String>, pods: usize) {
+    let per_node = job.pods_per_node().min(pods);
+    if per_node < 2 {
+        return;
+    }
+    let n = u32::try_from(per_node).unwrap_or(u32::MAX);
+    job.pods_per_node = Some(n);
+    job.unpacked = Some(Box::new(Unpacked {
+        tasks_per_node: job.tasks_per_node,
+        mem_per_node_mib: job.mem_per_node_mib,
+        gres: job.gres.clone(),
+    }));
+    job.tasks_per_node = Some(n);
+    if !ann.contains_key(slurmjob::MIN_NODES) {
+        job.min_nodes = job.min_nodes.map(|m| m.div_ceil(n));
+    }
+    if !ann.contains_key(slurmjob::MAX_NODES) {
+        job.max_nodes = job.max_nodes.map(|m| m.div_ceil(n));
+    }
+    if !ann.contains_key(slurmjob::MEM_PER_NODE) {
+        job.mem_per_node_mib = job.mem_per_node_mib.map(|m| m.saturating_mul(u64::from(n)));
+    }
+    if !ann.contains_key(slurmjob::GRES) {
+        job.gres = job.gres.as_deref().map(|g| gres_times(g, n));
+    }
+}
+
 /// Resources, GRES and annotations on top of the kind's result (reference §4.4 step 6).
 fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
     let KindOutput {
@@ -123,6 +156,7 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
         source_object: annotation_source.clone(),
         errors,
     })?;
+    pack(&mut job, &ann, pods.len());
     let warnings = annotations::unknown_keys(&ann)
         .into_iter()
         .map(|k| format!("{annotation_source}: annotation {k} is not a slurm-bridge job annotation and is ignored"))

@@ -33,6 +33,11 @@ pub struct JobInfo {
     pub min_nodes: Option<u32>,
     /// Slurm partition (else the config's).
     pub partition: Option<String>,
+    /// Pods that share one node (the `pods-per-node` annotation); one when unset.
+    pub pods_per_node: Option<u32>,
+    /// The per-pod values `pods-per-node` scaled, for a pod that gets a job of its own.
+    #[serde(skip)]
+    pub unpacked: Option<Box<Unpacked>>,
     /// Slurm priority.
     pub priority: Option<u32>,
     /// Slurm QOS.
@@ -47,6 +52,40 @@ pub struct JobInfo {
     pub user_id: Option<String>,
     /// Slurm wckey.
     pub wckey: Option<String>,
+}
+
+/// What [`JobInfo`] held for one pod per node, before `pods-per-node` scaled it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    pub tasks_per_node: Option<u32>,
+    pub mem_per_node_mib: Option<u64>,
+    pub gres: Option<String>,
+}
+
+impl JobInfo {
+    /// This job's parameters for one pod on one node: the values before `pods-per-node`.
+    pub fn one_pod(&self) -> JobInfo {
+        let mut job = JobInfo {
+            min_nodes: Some(1),
+            max_nodes: Some(1),
+            pods_per_node: None,
+            unpacked: None,
+            ..self.clone()
+        };
+        if let Some(u) = &self.unpacked {
+            job.tasks_per_node = u.tasks_per_node;
+            job.mem_per_node_mib = u.mem_per_node_mib;
+            job.gres = u.gres.clone();
+        }
+        job
+    }
+
+    /// Pods one node takes: the `pods-per-node` annotation, else one.
+    pub fn pods_per_node(&self) -> usize {
+        self.pods_per_node
+            .and_then(|n| usize::try_from(n).ok())
+            .map_or(1, |n| n.max(1))
+    }
 }
 
 /// One external job's worth of pods and parameters.
@@ -64,6 +103,11 @@ impl SlurmJobIr {
     /// `ns/name` of every pod, in IR order.
     pub fn pod_names(&self) -> Vec<String> {
         self.pods.iter().map(pod_key).collect()
+    }
+
+    /// The node count the job asks for (`nodes`): one per [`JobInfo::pods_per_node`] pods.
+    pub fn node_count(&self) -> usize {
+        self.pods.len().div_ceil(self.job.pods_per_node())
     }
 }
 

@@ -33,7 +33,7 @@ pub fn default_job_name(ir: &SlurmJobIr) -> String {
 /// Build the job description.
 ///
 /// Always: `EXTERNAL_JOB`, the admin_comment, `/tmp` as working directory, a name (else
-/// [`default_job_name`]), `nodes` = the number of pods, `shared` (`["none"]` unless `exclusive=false`). From the config: the
+/// [`default_job_name`]), `nodes` = the number of pods (over `pods-per-node`), `shared` (`["none"]` unless `exclusive=false`). From the config: the
 /// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
 /// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
 /// Unset IR fields are left out.
@@ -59,7 +59,7 @@ pub fn build(
         wckey: j.wckey.clone(),
         user_id: j.user_id.clone(),
         group_id: j.group_id.clone(),
-        nodes: Some(ir.pods.len().to_string()),
+        nodes: Some(ir.node_count().to_string()),
         minimum_nodes: j.min_nodes,
         maximum_nodes: j.max_nodes,
         tasks_per_node: j.tasks_per_node,

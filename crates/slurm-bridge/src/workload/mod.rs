@@ -109,17 +109,17 @@ pub struct Translation {
 }
 
 impl Translation {
-    /// The nodes the group's job needs at least: one per pod, or the job's minimum node count
-    /// when that is lower (a coscheduling PodGroup's `minMember`). Slurm grants any count from
+    /// The nodes the group's job needs at least: one per pod (per `pods-per-node` pods), or the
+    /// job's minimum node count when that is lower (a coscheduling PodGroup's `minMember`). Slurm grants any count from
     /// `minimum_nodes` to `maximum_nodes`, whatever `nodes` says (tried on Slurm 26.05).
     pub fn nodes_needed(&self) -> usize {
-        let pods = self.ir.pods.len();
+        let nodes = self.ir.node_count();
         self.ir
             .job
             .min_nodes
             .and_then(|m| usize::try_from(m).ok())
             .filter(|m| *m > 0)
-            .map_or(pods, |m| m.min(pods))
+            .map_or(nodes, |m| m.min(nodes))
     }
 
     /// The group key of the job `pod` gets on its own when its group's allocation does not
@@ -129,7 +129,8 @@ impl Translation {
     }
 
     /// This translation narrowed to `pod` alone, for the job it gets when its group's allocation
-    /// does not cover it: the group's parameters and annotations, one node, no gang.
+    /// does not cover it: the group's parameters and annotations, one node, no gang (and one
+    /// pod's memory and GRES when the group packs several pods per node).
     pub fn alone(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Translation {
         let current = ir::pod_key(pod);
         let pod = self
@@ -144,11 +145,7 @@ impl Translation {
             ir: SlurmJobIr {
                 root: self.ir.root.clone(),
                 pods: vec![pod],
-                job: JobInfo {
-                    min_nodes: Some(1),
-                    max_nodes: Some(1),
-                    ..self.ir.job.clone()
-                },
+                job: self.ir.job.one_pod(),
             },
             gang: GangStatus::Complete,
             warnings: Vec::new(),

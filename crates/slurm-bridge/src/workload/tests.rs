@@ -938,6 +938,83 @@ fn resources_feed_cpu_memory_and_gres_and_annotations_win() {
 }
 
 #[test]
+fn pods_per_node_packs_the_group_and_scales_per_node_resources() {
+    let member = |name: &str| {
+        pod(
+            name,
+            "",
+            "    resources: {limits: {cpu: \"2\", memory: 1Gi, deviceclass.resource.kubernetes.io/gpu.example.com: \"2\"}}\n  schedulingGroup: {podGroupName: pg}\n",
+        )
+    };
+    let group = |ann: &[(&str, &str)]| {
+        member("a")
+            + &member("b")
+            + &member("c")
+            + &podgroup("pg", &annotate(ann), "{gang: {minCount: 3}}", None)
+    };
+    let t = run(&reader(&group(&[(key::PODS_PER_NODE, "2")])), "a").unwrap();
+    let j = &t.ir.job;
+    // 3 pods, 2 per node: 2 nodes of 2 tasks, 2 CPUs per task, per-node memory and GPUs doubled.
+    assert_eq!(
+        (j.min_nodes, j.max_nodes, j.tasks_per_node),
+        (Some(2), Some(2), Some(2))
+    );
+    assert_eq!(j.cpus_per_task, Some(2));
+    assert_eq!(j.mem_per_node_mib, Some(2048));
+    assert_eq!(j.gres.as_deref(), Some("gres/gpu:gpu.example.com=4"));
+    assert_eq!(t.ir.node_count(), 2);
+    assert_eq!(t.nodes_needed(), 2);
+    let desc = t.to_job_desc(&Default::default(), &[]);
+    assert_eq!(desc.nodes.as_deref(), Some("2"));
+    // A pod the allocation leaves out gets a job for one pod: one task, its own memory and GPUs.
+    let alone = t.alone(&t.ir.pods[2]);
+    let j = &alone.ir.job;
+    assert_eq!(
+        (j.min_nodes, j.max_nodes, j.tasks_per_node),
+        (Some(1), Some(1), Some(1))
+    );
+    assert_eq!(j.mem_per_node_mib, Some(1024));
+    assert_eq!(j.gres.as_deref(), Some("gres/gpu:gpu.example.com=2"));
+    assert_eq!(alone.ir.node_count(), 1);
+    // More per node than the group has: all on one node, scaled by the group's size only.
+    let t = run(&reader(&group(&[(key::PODS_PER_NODE, "8")])), "a").unwrap();
+    let j = &t.ir.job;
+    assert_eq!(
+        (j.min_nodes, j.max_nodes, j.tasks_per_node),
+        (Some(1), Some(1), Some(3))
+    );
+    assert_eq!(j.mem_per_node_mib, Some(3072));
+    assert_eq!(t.ir.node_count(), 1);
+    // Values the annotations give are per node already and stay as given.
+    let t = run(
+        &reader(&group(&[
+            (key::PODS_PER_NODE, "3"),
+            (key::MEM_PER_NODE, "5Gi"),
+            (key::GRES, "gres/gpu=1"),
+            (key::MAX_NODES, "2"),
+        ])),
+        "a",
+    )
+    .unwrap();
+    let j = &t.ir.job;
+    assert_eq!(
+        (j.min_nodes, j.max_nodes, j.tasks_per_node),
+        (Some(1), Some(2), Some(3))
+    );
+    assert_eq!(j.mem_per_node_mib, Some(5120));
+    assert_eq!(j.gres.as_deref(), Some("gres/gpu=1"));
+    assert_eq!(t.ir.node_count(), 1);
+    // A bad count names the key and what is accepted.
+    let e = run(&reader(&group(&[(key::PODS_PER_NODE, "0")])), "a")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pods-per-node") && e.contains("a whole number of pods per node"),
+        "{e}"
+    );
+}
+
+#[test]
 fn unsupported_device_class_names_the_pod() {
     let spec =
         "    resources: {limits: {deviceclass.resource.kubernetes.io/fpga.acme.com: \"1\"}}\n";

@@ -77,7 +77,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Why a pass failed; the node is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", crate::kube_error::Brief(.0))]
     Kube(#[from] kube::Error),
     #[error("Slurm: {action}: {source}")]
     Slurm {
@@ -424,7 +424,7 @@ async fn registration_step<S: NodeControl, C: SlurmNodes>(
     if !why.is_empty() {
         // Re-created only once it can be registered again (its partitions exist).
         let removal = partitions_ok.then_some(Removal::Recreate(why));
-        return Ok((Some(d), removal));
+        return Ok((Some(registration::keeping_features(d, &s)), removal));
     }
     let mut updates = Vec::new();
     if let Some(u) = registration::topology_update(&d, &s) {

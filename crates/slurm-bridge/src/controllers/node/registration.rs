@@ -279,8 +279,8 @@ pub fn normalize_gres(gres: Option<&str>) -> String {
     entries.join(",")
 }
 
-/// Why the Slurm node must be re-created to match (empty: it matches): CPUs, memory, GRES, or
-/// the partitions (features) differ. Features count because Slurm evaluates a partition's
+/// Why the Slurm node must be re-created to match (empty: it matches): CPUs, cores, memory,
+/// GRES, or the partitions (features) differ. Features count because Slurm evaluates a partition's
 /// `Nodeset Feature=` only when a node is created (or on `scontrol reconfigure`): an updated
 /// feature list leaves the node outside its new partitions (tried on Slurm 26.05). Features are
 /// compared only while the annotation names partitions; they are never cleared when it goes, as
@@ -290,6 +290,13 @@ pub fn recreate_reasons(d: &Desired, slurm: &SlurmNode) -> Vec<String> {
     let cpus = slurm.cpus.unwrap_or_default();
     if i64::from(cpus) != i64::from(d.cpus) {
         why.push(format!("CPUs {cpus} -> {}", d.cpus));
+    }
+    // Same CPUs, other cores: the SMT layout of the `dra.cpu` slices changed, and with it which
+    // machine CPUs each of Slurm's abstract cores stands for.
+    if let Some(cores) = slurm.cores.filter(|c| *c > 0)
+        && i64::from(cores) * i64::from(slurm.sockets.unwrap_or(1).max(1)) != i64::from(d.cores)
+    {
+        why.push(format!("cores {cores} -> {}", d.cores));
     }
     let mem = slurm.real_memory.unwrap_or_default();
     if u64::try_from(mem).ok() != Some(d.memory_mib) {
@@ -310,6 +317,16 @@ pub fn recreate_reasons(d: &Desired, slurm: &SlurmNode) -> Vec<String> {
 
 fn same_set(a: &[String], b: &[String]) -> bool {
     a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
+}
+
+/// `d` for re-creating `slurm`: without the partitions annotation the node keeps the features it
+/// has, as an existing node's are never cleared when the annotation goes. (Re-created with none,
+/// a node put in its partitions by an admin's features would silently leave them.)
+pub fn keeping_features(mut d: Desired, slurm: &SlurmNode) -> Desired {
+    if d.partitions.is_empty() {
+        d.partitions = slurm.features.clone();
+    }
+    d
 }
 
 /// The topology update of an existing node: the annotation, or `""` (clears) without it.
@@ -473,6 +490,26 @@ mod tests {
         for (s, n) in cases {
             assert_eq!(recreate_reasons(&d, &s).len(), n, "{s:?}");
         }
+        // Re-created without the partitions annotation: the features it had stay.
+        let kept = keeping_features(d.clone(), &slurm(8, 8192, ""));
+        assert_eq!(kept.partitions, vec!["b".to_string(), "a".to_string()]);
+        assert!(
+            node_conf(&kept).contains(" Feature=b,a "),
+            "{}",
+            node_conf(&kept)
+        );
+        // Same CPUs on other cores (SMT turned on in the dra.cpu slices): re-created.
+        let cores = |sockets, cores| SlurmNode {
+            sockets: Some(sockets),
+            cores: Some(cores),
+            ..slurm(4, 8192, "gpu:nvidia.com:2")
+        };
+        assert!(recreate_reasons(&d, &cores(1, 4)).is_empty());
+        assert!(recreate_reasons(&d, &cores(2, 2)).is_empty());
+        assert_eq!(
+            recreate_reasons(&d, &cores(1, 2)),
+            vec!["cores 2 -> 4".to_string()]
+        );
         // Slurm has GRES, the node none (either spelling of "none" on Slurm's side matches).
         let plain = desired_plain(&node(json!({}), json!({}), std_cap())).unwrap();
         assert_eq!(

@@ -46,7 +46,7 @@ pub struct PodControllerOptions {
 /// Why a pass failed; the pod is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum PodError {
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API: {}", crate::kube_error::Brief(.0))]
     Kube(#[from] kube::Error),
     #[error("Slurm: {0}")]
     Slurm(#[from] slurm_rest::Error),
