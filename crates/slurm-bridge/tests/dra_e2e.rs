@@ -11,6 +11,9 @@ mod e2e;
 
 use e2e::controllers::Controllers;
 use e2e::{Env, NS};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
@@ -532,22 +535,8 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
             "BindingFailed",
         ),
     ];
-    let policies: Api<kube::api::DynamicObject> = Api::all_with(
-        env.kube.clone(),
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1",
-            "ValidatingAdmissionPolicy",
-        )),
-    );
-    let bindings: Api<kube::api::DynamicObject> = Api::all_with(
-        env.kube.clone(),
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1",
-            "ValidatingAdmissionPolicyBinding",
-        )),
-    );
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.kube.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.kube.clone());
     // The claim-creation policy last: once it refuses a dry run, the others are in force too.
     for (pod, resource, op, expression, _) in steps.iter().rev() {
         let group = if resource.starts_with("pods") {
@@ -555,7 +544,7 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
         } else {
             "resource.k8s.io"
         };
-        let policy: kube::api::DynamicObject = serde_json::from_value(json!({
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
             "metadata": {"name": pod},
             "spec": {"failurePolicy": "Fail",
@@ -569,7 +558,7 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
             .create(&PostParams::default(), &policy)
             .await
             .unwrap();
-        let binding: kube::api::DynamicObject = serde_json::from_value(json!({
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": {"name": pod},
             "spec": {"policyName": pod, "validationActions": ["Deny"]},
@@ -586,21 +575,7 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
     }))
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while claims
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &probe,
-        )
-        .await
-        .is_ok()
-    {
-        assert!(Instant::now() < deadline, "the policies never took effect");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_policies(&claims, &probe, true).await;
 
     // One GPU each, on a shared node, so the four jobs run side by side.
     for (pod, ..) in &steps {
@@ -642,21 +617,7 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
             .await
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while claims
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &probe,
-        )
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the policies never went away");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_policies(&claims, &probe, false).await;
     env.start_scheduler().await;
     let names: Vec<String> = steps.iter().map(|s| s.0.to_string()).collect();
     let pods = env.wait_bound(&names, Duration::from_secs(90)).await;
@@ -676,6 +637,28 @@ async fn a_failure_at_each_step_of_a_claim_leaves_no_claim() {
     assert_eq!(gpus.len(), steps.len());
     env.assert_invariants().await;
     controllers.stop().await;
+}
+
+/// Waits until a dry run creating `probe` is refused (`in_force`) or accepted: the policies are
+/// in force, or gone. The API server picks policy changes up a moment after they are written.
+async fn wait_policies(claims: &Api<ResourceClaim>, probe: &ResourceClaim, in_force: bool) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while claims.create(&dry_run, probe).await.is_ok() == in_force {
+        assert!(
+            Instant::now() < deadline,
+            "the policies are {} after 30 s",
+            if in_force {
+                "not in force"
+            } else {
+                "still in force"
+            }
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn reason_claim() -> &'static str {
