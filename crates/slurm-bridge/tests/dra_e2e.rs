@@ -10,11 +10,10 @@
 mod e2e;
 
 use e2e::controllers::Controllers;
-use e2e::{Env, NS};
+use e2e::{Env, NS, allocated, claim_name};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -142,26 +141,6 @@ fn dra_pod(name: &str, resource: &str, n: &str, command: &[&str]) -> Value {
         json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": command,
             "resources": {"requests": {resource: n, "memory": "100Mi"}, "limits": {resource: n}}}]}),
     )
-}
-
-fn claim_name(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()
-        .and_then(|s| s.extended_resource_claim_status.as_ref())
-        .map(|s| s.resource_claim_name.clone())
-}
-
-/// The claim's allocated (driver, pool, device) triples.
-fn allocated(c: &ResourceClaim) -> Vec<(String, String, String)> {
-    c.status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|r| (r.driver, r.pool, r.device))
-        .collect()
 }
 
 /// The GRES indices `scontrol show job -d` lists, e.g. `GRES=gpu:gpu.example.com:2(IDX:0-1)`.
@@ -353,10 +332,19 @@ async fn dra_registration_claims_and_cleanup() {
     assert_eq!(got, want, "core bitmap {bitmap}");
 
     env.assert_consistent().await;
+    // The finished GPU pod lets go of the finalizer once its claim is gone.
+    env.wait_pod(
+        "gpu-pod",
+        "without the finalizer",
+        Duration::from_secs(30),
+        |p| p.is_none_or(|p| p.finalizers().is_empty()),
+    )
+    .await;
+    env.assert_invariants().await;
     controllers.stop().await;
 }
 
-/// The (driver, device) pairs of every claim in the test namespace, by claim name.
+/// Every ResourceClaim in the test namespace.
 async fn all_claims(env: &Env) -> Vec<ResourceClaim> {
     Api::<ResourceClaim>::namespaced(env.kube.clone(), NS)
         .list(&ListParams::default())

@@ -259,23 +259,14 @@ async fn dra_round_trip(env: &Env, pods: &Api<Pod>) {
         bound.spec.as_ref().and_then(|s| s.node_name.as_deref()),
         Some("node-2")
     );
-    let claim = bound
-        .status
-        .as_ref()
-        .and_then(|s| s.extended_resource_claim_status.as_ref())
-        .map(|s| s.resource_claim_name.clone())
-        .expect("the GPU pod names its claim");
+    let claim = e2e::claim_name(&bound).expect("the GPU pod names its claim");
     let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), MANAGED_NS);
-    let allocated = claims
-        .get(&claim)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.allocation)
-        .and_then(|a| a.devices)
-        .and_then(|d| d.results)
-        .unwrap_or_default();
-    assert_eq!(allocated.len(), 1, "one GPU allocated in {claim}");
+    let allocated = e2e::allocated(&claims.get(&claim).await.unwrap());
+    assert_eq!(
+        allocated.len(),
+        1,
+        "one GPU allocated in {claim}: {allocated:?}"
+    );
     wait_for("GPU claim deleted", Duration::from_secs(60), async || {
         claims.get_opt(&claim).await.unwrap().is_none()
     })

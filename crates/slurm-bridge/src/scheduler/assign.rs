@@ -13,7 +13,7 @@
 //! scheduler gives each of them a job of its own (docs/scheduler.md, "Pods the allocation does
 //! not cover").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Why an allocation cannot be mapped onto Kubernetes nodes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,8 +43,8 @@ pub fn kube_nodes(
 /// Assigns nodes to pods, at most `per_node` pods (the job's `pods-per-node`, at least one) on
 /// each node. `pods` are `(pod key, current node)`: the node a bound pod is on, or an unbound
 /// pod's node annotation. A pod keeps its current node when the allocation has it and it has
-/// room; the others fill the remaining room in the order of their keys, node by node in the
-/// allocation's order. Returns `pod key -> node`; pods beyond the room are not in it.
+/// room; the others fill the remaining room in the order of their keys, node by node in name
+/// order. Returns `pod key -> node`; pods beyond the room are not in it.
 pub fn assign(
     pods: &[(String, Option<String>)],
     nodes: &[String],
@@ -67,13 +67,10 @@ pub fn assign(
         }
     }
     rest.sort();
-    let mut free = nodes
-        .iter()
-        .collect::<BTreeSet<_>>()
+    let free = room
         .into_iter()
-        .flat_map(|n| std::iter::repeat_n(n, room[n]));
-    for pod in rest {
-        let Some(node) = free.next() else { break };
+        .flat_map(|(n, r)| std::iter::repeat_n(n, r));
+    for (pod, node) in rest.into_iter().zip(free) {
         out.insert(pod.clone(), node.clone());
     }
     out

@@ -17,8 +17,9 @@ use crate::resources::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInven
 use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass, ResourceClaim,
-    ResourceClaimConsumerReference, ResourceClaimSpec,
+    AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass,
+    DeviceRequestAllocationResult, ResourceClaim, ResourceClaimConsumerReference,
+    ResourceClaimSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::ResourceExt;
@@ -304,7 +305,7 @@ fn claim_of(pod: &Pod) -> Option<&str> {
 fn holds(
     claim: &ResourceClaim,
     node: &str,
-    results: &[k8s_openapi::api::resource::v1::DeviceRequestAllocationResult],
+    results: &[DeviceRequestAllocationResult],
     uid: &str,
 ) -> bool {
     let Some(status) = claim.status.as_ref() else {
@@ -321,7 +322,7 @@ fn holds(
         .and_then(|f| f.first())
         .and_then(|r| r.values.as_ref())
         .is_some_and(|v| v.len() == 1 && v[0] == node);
-    let triple = |r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult| {
+    let triple = |r: &DeviceRequestAllocationResult| {
         (
             r.request.clone(),
             r.driver.clone(),

@@ -36,23 +36,6 @@ pub struct SlurmNodeCache<S> {
     config_generation: std::sync::atomic::AtomicU64,
 }
 
-/// What a change of a node means to its subscribers; fields that move all the time (allocated
-/// CPUs and memory, load) are left out, so a listing reports only meaningful changes.
-fn watched(n: &Node) -> impl PartialEq + '_ {
-    (
-        &n.state,
-        &n.reason,
-        n.cpus,
-        (n.sockets, n.cores, n.threads),
-        n.real_memory,
-        &n.gres,
-        &n.features,
-        &n.active_features,
-        &n.partitions,
-        &n.topology,
-    )
-}
-
 /// What a node is configured with: what a job description can ask for. A change may make a job
 /// Slurm refused ("Requested node configuration is not available") acceptable.
 fn configured(n: &Node) -> impl PartialEq + '_ {
@@ -65,6 +48,19 @@ fn configured(n: &Node) -> impl PartialEq + '_ {
         &n.gres,
         &n.features,
         &n.partitions,
+    )
+}
+
+/// What a change of a node means to its subscribers: its configuration, state, reason, active
+/// features and topology. Fields that move all the time (allocated CPUs and memory, load) are
+/// left out, so a listing reports only meaningful changes.
+fn watched(n: &Node) -> impl PartialEq + '_ {
+    (
+        configured(n),
+        &n.state,
+        &n.reason,
+        &n.active_features,
+        &n.topology,
     )
 }
 

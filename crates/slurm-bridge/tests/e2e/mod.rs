@@ -222,23 +222,7 @@ impl Env {
 
     /// Waits until all `names` are bound; panics with their state after `timeout`.
     pub async fn wait_bound(&self, names: &[String], timeout: Duration) -> Vec<Pod> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut pods = Vec::new();
-            for n in names {
-                if let Some(p) = self.pods().get_opt(n).await.unwrap() {
-                    pods.push(p);
-                }
-            }
-            if pods.len() == names.len() && pods.iter().all(node_name_is_set) {
-                return pods;
-            }
-            if Instant::now() > deadline {
-                let states: Vec<String> = pods.iter().map(describe).collect();
-                panic!("pods not bound within {timeout:?}:\n{}", states.join("\n"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.wait_bound_in(NS, names, timeout).await
     }
 
     /// Waits for a pod's PodScheduled=False condition with `reason`; returns its message.
@@ -562,6 +546,29 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// The ResourceClaim a pod's `extendedResourceClaimStatus` names.
+pub fn claim_name(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|s| s.resource_claim_name.clone())
+}
+
+/// A claim's allocated (driver, pool, device) triples.
+pub fn allocated(
+    c: &k8s_openapi::api::resource::v1::ResourceClaim,
+) -> Vec<(String, String, String)> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.driver, r.pool, r.device))
+        .collect()
 }
 
 /// Sends SIGTERM to a process this test started and waits (up to 30 s) for its exit status.
