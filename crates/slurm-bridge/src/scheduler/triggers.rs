@@ -42,9 +42,11 @@ impl Triggers {
 }
 
 /// Pod changes: per-pod state is kept in step, and a pod is reconciled (while leading) when what
-/// a pass reads of it changed. A change of its conditions alone (the scheduler's own
-/// `PodScheduled` reports among them) starts no pass: a failure whose message differs each time
-/// (naming a generated object, say) would otherwise retry at once, never backing off.
+/// a pass reads of it changed, or the reason of its `PodScheduled` condition did (a pass that
+/// reported from a stale view, e.g. a gang member counted before its siblings were seen, runs
+/// once more). A new message under the same reason starts no pass: a failure whose message
+/// differs each time (naming a generated object, say) would otherwise retry at once, never
+/// backing off.
 pub(super) async fn follow_pods<S: Slurm>(
     ctx: Arc<Ctx<S>>,
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Change<Pod>>,
@@ -57,12 +59,18 @@ pub(super) async fn follow_pods<S: Slurm>(
             Change::Applied(pod) => {
                 let key = pod.metadata.uid.clone().unwrap_or_default();
                 let now = scheduling_inputs(pod);
-                if seen.insert(key, now) != Some(now) {
-                    triggers.send(ObjectRef::from_obj(&**pod));
+                match seen.insert(key, now) {
+                    Some(before) if before == now => {}
+                    Some(_) => triggers.send(ObjectRef::from_obj(&**pod)),
+                    None => {
+                        triggers.send(ObjectRef::from_obj(&**pod));
+                        wake_siblings(&ctx, pod, &triggers);
+                    }
                 }
             }
             Change::Deleted(pod) => {
                 seen.remove(pod.metadata.uid.as_deref().unwrap_or_default());
+                wake_siblings(&ctx, pod, &triggers);
             }
             Change::Relisted => {
                 let live: std::collections::HashSet<String> = ctx
@@ -77,8 +85,51 @@ pub(super) async fn follow_pods<S: Slurm>(
     }
 }
 
-/// A hash of what a scheduling pass reads of a pod: labels, annotations, owners, finalizers,
-/// deletion, spec, phase and claim status; not its conditions or resource version.
+/// A pod that appears or goes may complete or shrink a gang: the unbound pods of its namespace
+/// that wait for their gang, or share its Slurm job, are reconciled now rather than at their
+/// next requeue (their own condition writes start no pass).
+fn wake_siblings<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, triggers: &Triggers) {
+    let ns = pod.metadata.namespace.as_deref();
+    let job = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::wellknown::LABEL_SLURM_JOBID));
+    for other in ctx.pods.state() {
+        if other.metadata.namespace.as_deref() != ns || other.metadata.uid == pod.metadata.uid {
+            continue;
+        }
+        let unbound = other
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty);
+        let waiting = other
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.reason.as_deref() == Some(super::pod_ops::reason::WAITING_FOR_GANG)
+                })
+            });
+        let same_job = job.is_some()
+            && other
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::wellknown::LABEL_SLURM_JOBID))
+                == job;
+        if unbound && (waiting || same_job) {
+            triggers.send(ObjectRef::from_obj(&*other));
+        }
+    }
+}
+
+/// A hash of what a scheduling pass reads of a pod (labels, annotations, owners, finalizers,
+/// deletion, spec, phase, claim status) and of its `PodScheduled` reason; not the condition's
+/// message, the other conditions or the resource version.
 fn scheduling_inputs(pod: &Pod) -> u64 {
     use std::hash::{Hash, Hasher};
     let m = &pod.metadata;
@@ -92,6 +143,10 @@ fn scheduling_inputs(pod: &Pod) -> u64 {
         &pod.spec,
         status.and_then(|s| s.phase.as_ref()),
         status.and_then(|s| s.extended_resource_claim_status.as_ref()),
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.reason.as_ref()),
     ))
     .unwrap_or_default();
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -168,26 +223,35 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn conditions_alone_start_no_pass() {
-        let pod = |labels: serde_json::Value, message: &str| -> Pod {
+    fn condition_messages_alone_start_no_pass() {
+        let pod = |labels: serde_json::Value, reason: &str, message: &str| -> Pod {
             serde_json::from_value(json!({
                 "metadata": {"name": "p", "uid": "u", "labels": labels, "resourceVersion": message},
                 "spec": {"containers": [{"name": "c"}]},
                 "status": {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "False", "message": message}]},
+                    {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}]},
             }))
             .unwrap()
         };
-        let first = scheduling_inputs(&pod(json!({}), "claim a-1 failed"));
+        let first = scheduling_inputs(&pod(json!({}), "DeviceClaimFailed", "claim a-1 failed"));
         assert_eq!(
             first,
-            scheduling_inputs(&pod(json!({}), "claim a-2 failed")),
+            scheduling_inputs(&pod(json!({}), "DeviceClaimFailed", "claim a-2 failed")),
             "another condition message and resource version: same inputs"
         );
         assert_ne!(
             first,
-            scheduling_inputs(&pod(json!({"x": "1"}), "claim a-1 failed")),
+            scheduling_inputs(&pod(
+                json!({"x": "1"}),
+                "DeviceClaimFailed",
+                "claim a-1 failed"
+            )),
             "a label is an input"
+        );
+        assert_ne!(
+            first,
+            scheduling_inputs(&pod(json!({}), "WaitingForGang", "claim a-1 failed")),
+            "the PodScheduled reason is an input"
         );
     }
 }
