@@ -5,7 +5,7 @@
 //! subscribes to the changes it reacts to ([`Caches::pod_changes`], [`Caches::node_changes`],
 //! [`JobWatcher::subscribe`]) instead of running its own watches and polls.
 
-use crate::scheduler::feasibility;
+use crate::k8s::node::placement_fingerprint;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -233,7 +233,7 @@ async fn reflect_nodes<S>(
             let changed = match &event {
                 Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
                     let name = n.metadata.name.clone().unwrap_or_default();
-                    let fp = feasibility::fingerprint(n);
+                    let fp = placement_fingerprint(n);
                     fingerprints.insert(name, fp) != Some(fp)
                 }
                 Ok(watcher::Event::Delete(n)) => {

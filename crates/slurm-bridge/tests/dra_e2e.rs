@@ -148,7 +148,7 @@ fn job_gres_indices(detail: &str) -> Vec<u32> {
     let at = detail.find("(IDX:").expect("IDX in scontrol show job -d");
     let rest = &detail[at + 5..];
     let list = &rest[..rest.find(')').expect("closing parenthesis")];
-    slurm_bridge::resources::dra::parse_gres_index(list).unwrap()
+    slurm_bridge::dra::parse_gres_index(list).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -650,7 +650,7 @@ async fn wait_policies(claims: &Api<ResourceClaim>, probe: &ResourceClaim, in_fo
 }
 
 fn reason_claim() -> &'static str {
-    slurm_bridge::scheduler::claims::REASON_CLAIM_FAILED
+    slurm_bridge::dra::claims::REASON_CLAIM_FAILED
 }
 
 /// A ResourceSlice that changes (a fifth GPU) re-registers the idle node with the new GRES; a pod

@@ -47,7 +47,7 @@ async fn bare_pod_is_bound_to_its_slurm_allocation() {
 /// PodScheduled=True) and the Scheduled Event; the result on the pod is the full one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
-    use slurm_bridge::scheduler::pod_ops::write_kind;
+    use slurm_bridge::k8s::writes::write_kind;
     use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, merge_toleration};
     let mut env = Env::start(2).await;
     env.start_scheduler().await;
@@ -468,7 +468,7 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
         env.handle()
             .metrics
             .kube_writes
-            .of(slurm_bridge::scheduler::pod_ops::write_kind::PODGROUP),
+            .of(slurm_bridge::k8s::writes::write_kind::PODGROUP),
         1,
         "one PodGroup write"
     );

@@ -9,8 +9,8 @@ use super::process;
 use super::scheduler::SchedulerArgs;
 use crate::caches::Caches;
 use crate::config::Config;
-use crate::scheduler::metrics::{Instrumented, Metrics};
 use crate::scheduler::{self, SchedulerOptions};
+use crate::slurm::Instrumented;
 use crate::{admission, controllers};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -47,10 +47,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
 
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
-    let slurm = Arc::new(Instrumented {
-        inner: slurm,
-        metrics: Metrics::new(&mut registry),
-    });
+    let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
     let (caches, cache_tasks) = Caches::start(client.clone(), slurm, &sched_opts.cache_options());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready_tx, _) = watch::channel(false);

@@ -1,7 +1,7 @@
 //! Prometheus metrics of the controllers: reconciles per controller, pods removed and jobs
 //! cancelled by cause.
 
-use crate::scheduler::metrics::KubeWrites;
+use crate::k8s::writes::KubeWrites;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

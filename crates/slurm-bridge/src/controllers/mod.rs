@@ -13,9 +13,8 @@ pub mod pod;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
-use crate::scheduler::metrics::{Instrumented, Metrics};
-use crate::slurm::NodeControl;
 use crate::slurm::Slurm;
+use crate::slurm::{Instrumented, NodeControl};
 use futures::StreamExt;
 use metrics::ControllerMetrics;
 use prometheus_client::registry::Registry;
@@ -90,10 +89,7 @@ pub async fn run<S: Slurm + NodeControl>(
     leader: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> ControllersHandle {
-    let slurm = Arc::new(Instrumented {
-        inner: slurm,
-        metrics: Metrics::new(registry),
-    });
+    let slurm = Arc::new(Instrumented::new(slurm, registry));
     let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
     let mut handle = run_with(client, caches, opts, registry, leader, shutdown);
     let (stopped_tx, stopped_rx) = watch::channel(false);

@@ -1,9 +1,8 @@
-//! Pod resources: Kubernetes quantities, effective requests and limits, GRES, and DRA devices
-//! (core bitmaps, the CPU map, node inventories from ResourceSlices, claims).
+//! Pod resources: Kubernetes quantities, effective requests and limits, GRES, Slurm core bitmaps
+//! and the CPU map (the DRA device logic built on them is [`crate::dra`]).
 
 pub mod bitmap;
 pub mod cpumap;
-pub mod dra;
 pub mod gres;
 pub mod pod_resources;
 pub mod quantity;

@@ -2,8 +2,8 @@
 
 use super::locks::GroupLocks;
 use super::metrics::Metrics;
-use super::pod_ops::PodWriter;
 use crate::config::Config;
+use crate::k8s::PodWriter;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
 use crate::workload::ir::pod_key;
 use crate::workload::kube_reader::KubeReader;
@@ -163,6 +163,15 @@ impl<S: Slurm> Ctx<S> {
         )
             .hash(&mut h);
         h.finish()
+    }
+
+    /// What the DRA claims made at bind time need ([`crate::dra::claims`]).
+    pub fn claims(&self) -> crate::dra::claims::ClaimWriter {
+        crate::dra::claims::ClaimWriter {
+            client: self.client.clone(),
+            slices: self.slices.clone(),
+            field_manager: self.config.scheduler_name.clone(),
+        }
     }
 
     /// The permanent rejections, even if a panicking holder poisoned their lock.

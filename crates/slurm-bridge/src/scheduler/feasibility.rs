@@ -11,24 +11,14 @@
 //! is excluded. What other pods use is not subtracted; Slurm owns placement and capacity
 //! accounting, and its allocation decides whether there is room now.
 
+use crate::k8s::node::slurm_node_name;
 use crate::resources::Quantity;
 use crate::resources::pod_resources::{ResourceList, pod_requests};
-use crate::wellknown::{DEVICECLASS_PREFIX, LABEL_SLURM_NODENAME};
+use crate::wellknown::DEVICECLASS_PREFIX;
 use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
 };
 use std::collections::BTreeSet;
-
-/// The Slurm NodeName of a Kubernetes node: the `slinky.slurm.net/slurm-nodename` label when
-/// present (even empty), else the node's name.
-pub fn slurm_node_name(node: &Node) -> String {
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_SLURM_NODENAME))
-        .cloned()
-        .unwrap_or_else(|| node.metadata.name.clone().unwrap_or_default())
-}
 
 /// Why a node is not feasible for a pod (shown to users in the pod's condition message).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,30 +179,6 @@ fn check_with(
         Some(requests) => fits(requests, node),
         None => Ok(()),
     }
-}
-
-/// What of a node placement reads (labels, taints, unschedulable, Ready, allocatable), hashed: a
-/// change of anything else (status heartbeats) does not invalidate cached placements.
-pub fn fingerprint(node: &Node) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.as_str());
-    let spec = node.spec.as_ref();
-    let text = serde_json::json!([
-        node.metadata.labels,
-        spec.and_then(|s| s.taints.as_ref()),
-        spec.and_then(|s| s.unschedulable),
-        ready,
-        node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
-    ])
-    .to_string();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
 }
 
 /// What of a pod decides where it may run: its nodeSelector, required node affinity,
@@ -414,6 +380,7 @@ fn show(resource: &str, q: Quantity) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::node::placement_fingerprint;
     use crate::wellknown::{TAINT_MANAGED_NODE, managed_node_toleration};
     use serde_json::json;
     use std::sync::Arc;
@@ -444,15 +411,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn slurm_name_from_label_even_empty() {
-        assert_eq!(slurm_node_name(&node(json!({}))), "n1");
-        let labelled = node(json!({"metadata": {"labels": {LABEL_SLURM_NODENAME: "slurm-1"}}}));
-        assert_eq!(slurm_node_name(&labelled), "slurm-1");
-        let empty = node(json!({"metadata": {"labels": {LABEL_SLURM_NODENAME: ""}}}));
-        assert_eq!(slurm_node_name(&empty), "");
     }
 
     #[test]
@@ -852,7 +810,7 @@ mod tests {
             "n1",
             json!({"cpu": "4", "memory": "16000Mi", "pods": "110"}),
         );
-        assert_ne!(fingerprint(&a), fingerprint(&b));
+        assert_ne!(placement_fingerprint(&a), placement_fingerprint(&b));
         let mut heartbeat = (*a).clone();
         heartbeat
             .status
@@ -864,7 +822,7 @@ mod tests {
             .last_heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             Default::default(),
         ));
-        assert_eq!(fingerprint(&a), fingerprint(&heartbeat));
+        assert_eq!(placement_fingerprint(&a), placement_fingerprint(&heartbeat));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! leadership is lost (passes in flight aborted) or at shutdown (passes in flight may finish).
 
 use super::context::{Ctx, Slurm};
-use super::metrics::{Instrumented, LifecycleMetrics};
+use super::metrics::LifecycleMetrics;
 use super::triggers::Triggers;
 use super::{SchedulerOptions, reconcile, sweep};
+use crate::slurm::Instrumented;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};

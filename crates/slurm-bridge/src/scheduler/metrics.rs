@@ -1,65 +1,15 @@
-//! Prometheus metrics of the scheduler, and a wrapper that measures every Slurm request.
+//! Prometheus metrics of the scheduler. The Slurm request metrics are
+//! [`crate::slurm::SlurmMetrics`], shared by every component of the process.
 
-use crate::slurm::JobControl;
-use crate::slurm::{SlurmJobs, SlurmNodes};
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::k8s::writes::KubeWrites;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabels {
-    pub endpoint: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub endpoint: &'static str,
-    pub outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: &'static str,
-}
-
-/// Kubernetes writes (requests that create or change an object) made by the scheduler, by kind
-/// (`pod_ops::write_kind`). A request counts when it is sent, whatever its outcome.
-#[derive(Clone, Default)]
-pub struct KubeWrites {
-    by_kind: Family<KindLabels, Counter>,
-    total: Arc<AtomicU64>,
-}
-
-impl KubeWrites {
-    /// Counts one write of `kind`.
-    pub fn inc(&self, kind: &'static str) {
-        self.total.fetch_add(1, Ordering::Relaxed);
-        self.by_kind.get_or_create(&KindLabels { kind }).inc();
-    }
-
-    /// The counters by kind, to register.
-    pub fn by_kind(&self) -> Family<KindLabels, Counter> {
-        self.by_kind.clone()
-    }
-
-    /// All writes so far.
-    pub fn total(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
-    }
-
-    /// Writes of `kind` so far.
-    pub fn of(&self, kind: &'static str) -> u64 {
-        self.by_kind.get_or_create(&KindLabels { kind }).get()
-    }
-}
 
 /// The scheduler's metrics.
 pub struct Metrics {
@@ -67,11 +17,10 @@ pub struct Metrics {
     pub jobs_submitted: Counter,
     pub submit_to_allocation: Histogram,
     pub allocation_to_bound: Histogram,
-    pub slurm_requests: Family<RequestLabels, Counter>,
-    pub slurm_request_seconds: Family<EndpointLabels, Histogram>,
     pub pending_groups: Gauge,
-    /// Total Slurm requests, for benchmarks (calls per pod).
-    pub slurm_calls: AtomicU64,
+    /// Total Slurm requests of the process, for benchmarks (calls per pod): the counter of the
+    /// shared client's [`crate::slurm::SlurmMetrics`] when the scheduler runs on it.
+    pub slurm_calls: Arc<AtomicU64>,
     /// Kubernetes writes by kind (`kube_writes_total{kind}`), for benchmarks and tests (writes
     /// per pod).
     pub kube_writes: KubeWrites,
@@ -86,17 +35,18 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
 impl Metrics {
     /// Creates the metrics and registers them under `slurm_bridge_scheduler_`.
     pub fn new(registry: &mut Registry) -> Arc<Self> {
+        Self::counting(registry, Default::default())
+    }
+
+    /// As [`Metrics::new`], reporting `slurm_calls` from the Slurm client's own counter.
+    pub fn counting(registry: &mut Registry, slurm_calls: Arc<AtomicU64>) -> Arc<Self> {
         let m = Metrics {
             pods_bound: Counter::default(),
             jobs_submitted: Counter::default(),
             submit_to_allocation: Histogram::new(latency_buckets()),
             allocation_to_bound: Histogram::new(latency_buckets()),
-            slurm_requests: Family::default(),
-            slurm_request_seconds: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-            }),
             pending_groups: Gauge::default(),
-            slurm_calls: AtomicU64::new(0),
+            slurm_calls,
             kube_writes: KubeWrites::default(),
             submitted_at: Mutex::new(HashMap::new()),
             allocated_at: Mutex::new(HashMap::new()),
@@ -119,16 +69,6 @@ impl Metrics {
             m.allocation_to_bound.clone(),
         );
         r.register(
-            "slurm_requests",
-            "Slurm REST requests by endpoint and outcome",
-            m.slurm_requests.clone(),
-        );
-        r.register(
-            "slurm_request_seconds",
-            "Slurm REST request latency by endpoint",
-            m.slurm_request_seconds.clone(),
-        );
-        r.register(
             "pending_groups",
             "Pod groups whose external job is pending in Slurm",
             m.pending_groups.clone(),
@@ -136,7 +76,7 @@ impl Metrics {
         r.register(
             "kube_writes",
             "Kubernetes writes (pod patches, bindings, status patches, events) by kind",
-            m.kube_writes.by_kind.clone(),
+            m.kube_writes.by_kind(),
         );
         Arc::new(m)
     }
@@ -210,102 +150,6 @@ impl Metrics {
             .chain(allocated.keys())
             .collect::<HashSet<_>>()
             .len()
-    }
-
-    fn observe<T>(
-        &self,
-        endpoint: &'static str,
-        started: Instant,
-        result: &Result<T, slurm_rest::Error>,
-    ) {
-        self.slurm_calls.fetch_add(1, Ordering::Relaxed);
-        self.slurm_request_seconds
-            .get_or_create(&EndpointLabels { endpoint })
-            .observe(started.elapsed().as_secs_f64());
-        let outcome = match result {
-            Ok(_) => "ok",
-            Err(e) if e.is_transient() => "unavailable",
-            Err(_) => "error",
-        };
-        self.slurm_requests
-            .get_or_create(&RequestLabels { endpoint, outcome })
-            .inc();
-    }
-}
-
-/// Wraps a Slurm implementation and measures every request it makes.
-pub struct Instrumented<S> {
-    pub inner: S,
-    pub metrics: Arc<Metrics>,
-}
-
-macro_rules! measured {
-    ($self:ident, $endpoint:literal, $call:expr) => {{
-        let started = Instant::now();
-        let result = $call.await;
-        $self.metrics.observe($endpoint, started, &result);
-        result
-    }};
-}
-
-impl<S: JobControl> JobControl for Instrumented<S> {
-    async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
-        measured!(self, "job_submit", self.inner.submit(desc))
-    }
-    async fn update(&self, job_id: u32, desc: &JobDescMsg) -> Result<(), slurm_rest::Error> {
-        measured!(self, "job_update", self.inner.update(job_id, desc))
-    }
-    async fn cancel(&self, job_id: u32) -> Result<(), slurm_rest::Error> {
-        measured!(self, "job_cancel", self.inner.cancel(job_id))
-    }
-}
-
-impl<S: SlurmJobs> SlurmJobs for Instrumented<S> {
-    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
-        measured!(self, "jobs", self.inner.list_jobs())
-    }
-    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
-        measured!(self, "jobs_state", self.inner.job_states())
-    }
-    async fn job(&self, job_id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
-        measured!(self, "job", self.inner.job(job_id))
-    }
-    async fn job_resources(
-        &self,
-        job_id: u32,
-    ) -> Result<Vec<slurm_rest::models::NodeResourceLayout>, slurm_rest::Error> {
-        measured!(self, "job_resources", self.inner.job_resources(job_id))
-    }
-}
-
-impl<S: SlurmNodes> SlurmNodes for Instrumented<S> {
-    async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
-        measured!(self, "nodes", self.inner.list_nodes())
-    }
-}
-
-impl<S: crate::slurm::NodeControl> crate::slurm::NodeControl for Instrumented<S> {
-    async fn node(&self, name: &str) -> Result<Option<Node>, slurm_rest::Error> {
-        measured!(self, "node", self.inner.node(name))
-    }
-    async fn create_node(&self, node_conf: &str) -> Result<(), slurm_rest::Error> {
-        measured!(self, "node_create", self.inner.create_node(node_conf))
-    }
-    async fn update_node(
-        &self,
-        name: &str,
-        update: &slurm_rest::models::UpdateNodeMsg,
-    ) -> Result<(), slurm_rest::Error> {
-        measured!(self, "node_update", self.inner.update_node(name, update))
-    }
-    async fn delete_node(&self, name: &str) -> Result<(), slurm_rest::Error> {
-        measured!(self, "node_delete", self.inner.delete_node(name))
-    }
-    async fn partition_exists(&self, name: &str) -> Result<bool, slurm_rest::Error> {
-        measured!(self, "partition", self.inner.partition_exists(name))
-    }
-    async fn partition_names(&self) -> Result<Vec<String>, slurm_rest::Error> {
-        measured!(self, "partitions", self.inner.partition_names())
     }
 }
 

@@ -14,14 +14,13 @@
 //! [`SchedulerOptions::shutdown_grace`].
 
 pub mod assign;
-pub mod claims;
 pub mod context;
 pub mod feasibility;
 mod lifecycle;
 pub mod locks;
 pub mod metrics;
-pub mod pod_ops;
 pub mod podgroup;
+pub mod reason;
 pub mod reconcile;
 pub mod rejection;
 pub mod sweep;
@@ -34,11 +33,12 @@ mod tests;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
+use crate::k8s::PodWriter;
+use crate::slurm::Instrumented;
 use crate::workload::kube_reader::KubeReader;
 use context::{Ctx, Slurm};
 use kube::Client;
-use metrics::{Instrumented, LifecycleMetrics, Metrics};
-use pod_ops::PodWriter;
+use metrics::{LifecycleMetrics, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::future::Future;
@@ -116,11 +116,7 @@ pub async fn run<S: Slurm>(
     ready_tx: tokio_watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
-    let metrics = Metrics::new(registry);
-    let slurm = Arc::new(Instrumented {
-        inner: slurm,
-        metrics,
-    });
+    let slurm = Arc::new(Instrumented::new(slurm, registry));
     let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
     let mut handle = run_with(client, caches, opts, registry, leader, ready_tx, shutdown).await;
     // The caches go when the scheduler has stopped; `stopped` then says both.
@@ -146,7 +142,7 @@ pub async fn run_with<S: Slurm>(
     ready_tx: tokio_watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
-    let metrics = caches.slurm.metrics.clone();
+    let metrics = Metrics::counting(registry, caches.slurm.metrics.calls.clone());
     let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx {
         config: opts.config.clone(),

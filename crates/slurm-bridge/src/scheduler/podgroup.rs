@@ -105,7 +105,7 @@ pub async fn mark_scheduled<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Result<
             );
             ctx.metrics
                 .kube_writes
-                .inc(super::pod_ops::write_kind::PODGROUP);
+                .inc(crate::k8s::writes::write_kind::PODGROUP);
             api.patch_status(&root.name, &params, &Patch::Apply(&patch))
                 .await
                 .map(|_| ())

@@ -3,14 +3,13 @@
 //! every pod of the group once Slurm allocates.
 
 use super::assign::{self, AssignError};
-use super::claims::{self, ClaimError};
 use super::context::{Ctx, Slurm};
-use super::feasibility::slurm_node_name;
-use super::pod_ops::reason;
+use super::reason;
 use super::rejection;
+use crate::dra::claims::{self, ClaimError};
+use crate::k8s::slurm_node_name;
 use crate::slurm::WatchedJob;
 use crate::wellknown::{ANNOTATION_SLURM_NODE, LABEL_SLURM_JOBID};
-use crate::workload::admin_comment::AdminComment;
 use crate::workload::ir::pod_key;
 use crate::workload::job_desc::admin_comment;
 use crate::workload::kinds::is_terminal;
@@ -174,7 +173,7 @@ async fn release_deleted<S: Slurm>(ctx: &Ctx<S>, pod: &Pod) -> Result<Action, Re
     let jobs = ctx.watcher.index().active_for_pod(&key);
     for job in jobs {
         let mut others_alive = false;
-        for (ns, name) in comment_pods(&job.comment) {
+        for (ns, name) in job.comment.pod_names() {
             if format!("{ns}/{name}") == key {
                 continue;
             }
@@ -876,12 +875,20 @@ async fn bind_allocation<S: Slurm>(
     // DRA: the devices each pod asking for them gets (no Slurm call for pods without).
     let kube_to_slurm: BTreeMap<&String, &String> =
         slurm_to_kube.iter().map(|(s, k)| (k, s)).collect();
-    let claim_plan = match claims::plan(ctx, job.job_id, &plan, &members, |k| {
-        kube_to_slurm
-            .get(&k.to_string())
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| k.to_string())
-    })
+    let claim_writer = &ctx.claims();
+    let claim_plan = match claims::plan(
+        claim_writer,
+        &*ctx.slurm,
+        job.job_id,
+        &plan,
+        &members,
+        |k| {
+            kube_to_slurm
+                .get(&k.to_string())
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| k.to_string())
+        },
+    )
     .await
     {
         Ok(c) => c,
@@ -904,11 +911,11 @@ async fn bind_allocation<S: Slurm>(
         let writes = &ctx.metrics.kube_writes;
         let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
             // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
-            Ok(()) => match claims::ensure_claim(ctx, claim_plan, p).await {
+            Ok(()) => match claims::ensure_claim(claim_writer, claim_plan, p).await {
                 Ok(claim) => {
                     let bound = ctx.writer.bind(writes, p, node).await;
                     if let (Err(_), Some(name)) = (&bound, &claim) {
-                        claims::undo(ctx, p, name).await;
+                        claims::undo(claim_writer, p, name).await;
                     }
                     bound
                 }
@@ -970,11 +977,6 @@ async fn bind_allocation<S: Slurm>(
     Ok(Allocation { plan, bound_now })
 }
 
-/// The admin_comment pods of a job as `(namespace, name)`.
-pub fn comment_pods(comment: &AdminComment) -> impl Iterator<Item = (&str, &str)> {
-    comment.pods.iter().filter_map(|p| p.split_once('/'))
-}
-
 /// True when the pod still has `spec.schedulingGates`.
 fn is_gated(pod: &Pod) -> bool {
     pod.spec
@@ -986,6 +988,7 @@ fn is_gated(pod: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::admin_comment::AdminComment;
 
     #[test]
     fn gang_completeness_counts_live_pods_not_labels() {

@@ -2,7 +2,6 @@
 //! say), so Slurm does not hold resources for nothing.
 
 use super::context::{Ctx, Slurm};
-use super::reconcile::comment_pods;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -17,7 +16,7 @@ pub async fn sweep_once<S: Slurm>(ctx: &Ctx<S>) -> usize {
         .jobs()
         .filter(|j| j.is_active())
         .filter(|j| {
-            comment_pods(&j.comment).all(|(ns, name)| {
+            j.comment.pod_names().all(|(ns, name)| {
                 ctx.pods
                     .get(&ObjectRef::<Pod>::new(name).within(ns))
                     .is_none()
@@ -28,7 +27,7 @@ pub async fn sweep_once<S: Slurm>(ctx: &Ctx<S>) -> usize {
     let mut cancelled = 0;
     for job in candidates {
         let mut any_left = false;
-        for (ns, name) in comment_pods(&job.comment) {
+        for (ns, name) in job.comment.pod_names() {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             match api.get_opt(name).await {
                 Ok(None) => {}

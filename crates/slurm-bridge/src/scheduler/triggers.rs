@@ -3,7 +3,6 @@
 
 use super::context::{Ctx, Slurm};
 use super::metrics::Metrics;
-use super::reconcile;
 use crate::caches::Change;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
@@ -111,7 +110,7 @@ fn wake_siblings<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, triggers: &Triggers) {
             .is_some_and(|c| {
                 c.iter().any(|c| {
                     c.type_ == "PodScheduled"
-                        && c.reason.as_deref() == Some(super::pod_ops::reason::WAITING_FOR_GANG)
+                        && c.reason.as_deref() == Some(super::reason::WAITING_FOR_GANG)
                 })
             });
         let same_job = job.is_some()
@@ -211,7 +210,7 @@ pub(super) async fn forward_job_events<S: Slurm>(
                 .count();
             metrics.pending_groups.set(pending as i64);
         }
-        for (ns, name) in reconcile::comment_pods(&event.job().comment) {
+        for (ns, name) in event.job().comment.pod_names() {
             triggers.send(ObjectRef::new(name).within(ns));
         }
     }

@@ -36,6 +36,12 @@ pub enum AdminCommentError {
 }
 
 impl AdminComment {
+    /// The pods named, as `(namespace, name)`; entries without a namespace are skipped. Every
+    /// component that follows a job to its pods (scheduler, pod controller, sweep) reads them so.
+    pub fn pod_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pods.iter().filter_map(|p| p.split_once('/'))
+    }
+
     /// Build from `(ns/name, uid)` pairs; pods are sorted so the text is deterministic.
     pub fn new(
         group: Option<String>,

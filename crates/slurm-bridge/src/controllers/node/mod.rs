@@ -29,7 +29,7 @@ pub mod taint;
 
 pub use metrics::NodeMetrics;
 
-use crate::scheduler::feasibility::slurm_node_name;
+use crate::k8s::slurm_node_name;
 use crate::slurm::NodeControl;
 use crate::slurm::{SlurmNodeCache, SlurmNodes};
 use crate::wellknown::{
@@ -96,7 +96,7 @@ struct Ctx<S, C> {
     opts: NodeControllerOptions,
     slurm: Arc<S>,
     slurm_nodes: Arc<SlurmNodeCache<C>>,
-    /// The ResourceSlices: each node's DRA devices ([`crate::resources::dra::NodeInventory`]).
+    /// The ResourceSlices: each node's DRA devices ([`crate::dra::NodeInventory`]).
     slices: Store<ResourceSlice>,
     writer: NodeWriter,
     metrics: Arc<NodeMetrics>,
@@ -388,7 +388,7 @@ async fn registration_step<S: NodeControl, C: SlurmNodes>(
             .map(|_| Removal::LabelRemoved);
         return Ok((None, removal));
     }
-    let inv = crate::resources::dra::NodeInventory::from_slices(
+    let inv = crate::dra::NodeInventory::from_slices(
         &p.name,
         ctx.slices.state().iter().map(|s| s.as_ref()),
     );

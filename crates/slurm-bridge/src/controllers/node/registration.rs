@@ -14,9 +14,9 @@
 //! - A Slurm name or topology string that would break the `node_conf` line is refused with a
 //!   message instead of sent.
 
-use crate::resources::dra::{DraError, NodeInventory};
+use crate::dra::{DraError, NodeInventory};
+use crate::k8s::slurm_node_name;
 use crate::resources::quantity::{Quantity, QuantityError};
-use crate::scheduler::feasibility::slurm_node_name;
 use crate::wellknown::{
     ANNOTATION_EXTERNAL_NODE_PARTITIONS, ANNOTATION_TOPOLOGY_SPEC, DEVICE_PLUGIN_GPUS,
 };

@@ -148,7 +148,7 @@ pub async fn cancel<S: Slurm>(ctx: &PodCtx<S>, job_id: u32, cause: Cause) -> Res
 /// scheduler made for it (reference §6.1; the claim goes first, so a failed delete keeps the
 /// finalizer and is retried while the pod still names the claim).
 pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodError> {
-    crate::scheduler::claims::delete_pod_claim(&ctx.client, pod).await?;
+    crate::dra::claims::delete_pod_claim(&ctx.client, pod).await?;
     ctx.writer
         .remove_finalizer(&ctx.metrics.kube_writes, pod)
         .await?;

@@ -11,7 +11,7 @@ pub mod decide;
 
 use crate::caches::{Caches, Change};
 use crate::controllers::metrics::ControllerMetrics;
-use crate::scheduler::pod_ops::PodWriter;
+use crate::k8s::PodWriter;
 use crate::slurm::Slurm;
 use crate::slurm::{JobEvent, WatchedJob};
 use crate::wellknown::LABEL_SLURM_JOBID;
@@ -269,7 +269,9 @@ pub fn error_policy<S: Slurm>(pod: Arc<Pod>, err: &PodError, ctx: Arc<PodCtx<S>>
 /// with its id.
 fn pods_of_event<S: Slurm>(ctx: &PodCtx<S>, event: &JobEvent) -> Vec<ObjectRef<Pod>> {
     let job = event.job();
-    let mut refs: Vec<ObjectRef<Pod>> = crate::scheduler::reconcile::comment_pods(&job.comment)
+    let mut refs: Vec<ObjectRef<Pod>> = job
+        .comment
+        .pod_names()
         .map(|(ns, name)| ObjectRef::new(name).within(ns))
         .collect();
     refs.extend(

@@ -13,9 +13,9 @@ mod fake_slurm;
 mod reconcile_table;
 
 use crate::config::Config;
+use crate::k8s::PodWriter;
 use crate::scheduler::context::Ctx;
 use crate::scheduler::metrics::Metrics;
-use crate::scheduler::pod_ops::PodWriter;
 use crate::scheduler::reconcile::{error_policy, reconcile};
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache, WatchedJob};
 use crate::wellknown::{FINALIZER, LABEL_COSCHEDULING_POD_GROUP, LABEL_SLURM_JOBID};
@@ -447,7 +447,7 @@ impl Harness {
             kube.put(obj.0.clone());
             if obj.kind() == "Node" {
                 let n: Node = serde_json::from_value(obj.0.clone()).expect("node");
-                slurm_names.push(crate::scheduler::feasibility::slurm_node_name(&n));
+                slurm_names.push(crate::k8s::slurm_node_name(&n));
                 nodes.apply_watcher_event(&watcher::Event::Apply(n));
             }
         }

@@ -6,24 +6,25 @@
 //! Slurm call (the reference read every job's layout, quirk 13).
 //!
 //! Per node of the allocation, the pods placed there split Slurm's cores and GRES indices in pod
-//! key order ([`crate::resources::dra::share`]), so each pass computes the same split and no two
+//! key order ([`crate::dra::share`]), so each pass computes the same split and no two
 //! pods get one device. Any failure on the way deletes the claim it made, and a failed binding
 //! deletes it too ([`undo`]): none is left behind. A pod that already has its claim (named by its
 //! `extendedResourceClaimStatus` and holding this allocation's devices, or labelled with the pod's
 //! uid when the cache is behind) is not given a second one.
 
-use super::context::{Ctx, Slurm};
-use crate::resources::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInventory};
+use crate::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInventory};
+use crate::slurm::SlurmJobs;
 use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass,
     DeviceRequestAllocationResult, ResourceClaim, ResourceClaimConsumerReference,
-    ResourceClaimSpec,
+    ResourceClaimSpec, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,6 +49,15 @@ pub enum ClaimError {
     NoLayout { job_id: u32, node: String },
     #[error("{what}: {}", crate::kube_error::Brief(source))]
     Kube { what: String, source: kube::Error },
+}
+
+/// What making, undoing and reading claims needs: the API client, the cached ResourceSlices (the
+/// nodes' devices) and the field manager the writes are made as (the scheduler's name).
+#[derive(Clone)]
+pub struct ClaimWriter {
+    pub client: kube::Client,
+    pub slices: Store<ResourceSlice>,
+    pub field_manager: String,
 }
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClaimError {
@@ -81,8 +91,9 @@ impl ClaimPlan {
 /// pod key → Kubernetes node for every pod on the allocation (bound before or now), `pods` the
 /// group's pods, `slurm_node` maps a Kubernetes node to its Slurm name. Errors name the pod they
 /// concern (pod key) when there is one.
-pub async fn plan<S: Slurm>(
-    ctx: &Ctx<S>,
+pub async fn plan(
+    writer: &ClaimWriter,
+    slurm: &impl SlurmJobs,
     job_id: u32,
     plan: &BTreeMap<String, String>,
     pods: &[&Pod],
@@ -105,12 +116,11 @@ pub async fn plan<S: Slurm>(
     if asks.is_empty() {
         return Ok(ClaimPlan::default());
     }
-    let layouts = ctx
-        .slurm
+    let layouts = slurm
         .job_resources(job_id)
         .await
         .map_err(|source| (None, ClaimError::Slurm { job_id, source }))?;
-    let slices = ctx.slices.state();
+    let slices = writer.slices.state();
     let mut out = ClaimPlan::default();
     let nodes: BTreeSet<&String> = asks.values().map(|(n, _)| n).collect();
     for node in nodes {
@@ -161,8 +171,8 @@ pub async fn plan<S: Slurm>(
 /// Makes `pod`'s claim (if the plan has one for it and it has none yet): create, allocate and
 /// reserve in the claim's status, then point the pod's `extendedResourceClaimStatus` at it.
 /// Returns the claim name. On any failure the claim made is deleted.
-pub async fn ensure_claim<S: Slurm>(
-    ctx: &Ctx<S>,
+pub async fn ensure_claim(
+    writer: &ClaimWriter,
     plan: &ClaimPlan,
     pod: &Pod,
 ) -> Result<Option<String>, ClaimError> {
@@ -170,9 +180,9 @@ pub async fn ensure_claim<S: Slurm>(
         return Ok(None);
     };
     let ns = pod.namespace().unwrap_or_default();
-    let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<ResourceClaim> = Api::namespaced(writer.client.clone(), &ns);
     let uid = pod.uid().unwrap_or_default();
-    let classes = existing_classes(ctx, p).await?;
+    let classes = existing_classes(writer, p).await?;
     let parts = dra::claim_parts(&p.node, &p.inv, &p.ask, &p.share, &classes)?;
     if parts.requests.is_empty() || parts.mappings.is_empty() {
         return Ok(None);
@@ -227,7 +237,7 @@ pub async fn ensure_claim<S: Slurm>(
         status: None,
     };
     let params = PatchParams {
-        field_manager: Some(ctx.config.scheduler_name.clone()),
+        field_manager: Some(writer.field_manager.clone()),
         ..Default::default()
     };
     let created = claims
@@ -271,7 +281,7 @@ pub async fn ensure_claim<S: Slurm>(
         })
         .await);
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(writer.client.clone(), &ns);
     let pod_status = json!({"status": {"extendedResourceClaimStatus": {
         "requestMappings": parts.mappings,
         "resourceClaimName": name,
@@ -349,16 +359,16 @@ fn holds(
 /// Undoes [`ensure_claim`] for a pod that could not be bound: deletes its claim and clears its
 /// `extendedResourceClaimStatus`, so no claim holds devices for a pod that does not run there.
 /// Failures are logged: the claim is owned by the pod, and the next pass checks it again.
-pub async fn undo<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, name: &str) {
+pub async fn undo(writer: &ClaimWriter, pod: &Pod, name: &str) {
     let ns = pod.namespace().unwrap_or_default();
-    let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<ResourceClaim> = Api::namespaced(writer.client.clone(), &ns);
     if let Err(e) = delete_claim(&claims, name).await {
         tracing::warn!(pod = %pod_key(pod), claim = %name, error = %e,
             "deleting the ResourceClaim of a pod that was not bound failed");
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(writer.client.clone(), &ns);
     let params = PatchParams {
-        field_manager: Some(ctx.config.scheduler_name.clone()),
+        field_manager: Some(writer.field_manager.clone()),
         ..Default::default()
     };
     let clear = json!({"status": {"extendedResourceClaimStatus": null}});
@@ -374,11 +384,11 @@ pub async fn undo<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, name: &str) {
 }
 
 /// The DeviceClasses of the pod's asks that exist.
-async fn existing_classes<S: Slurm>(
-    ctx: &Ctx<S>,
+async fn existing_classes(
+    writer: &ClaimWriter,
     p: &Planned,
 ) -> Result<BTreeSet<String>, ClaimError> {
-    let api: Api<DeviceClass> = Api::all(ctx.client.clone());
+    let api: Api<DeviceClass> = Api::all(writer.client.clone());
     let mut wanted: Vec<&str> = p.ask.gpus.keys().map(String::as_str).collect();
     if p.ask.cpus > 0 {
         wanted.push(crate::wellknown::DEVICECLASS_DRA_CPU);

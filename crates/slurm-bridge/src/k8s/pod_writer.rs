@@ -1,8 +1,9 @@
-//! The scheduler's Kubernetes writes on pods: job id label + finalizer + toleration, node
-//! annotation, binding, the PodScheduled condition, and Events. Every request that writes is
+//! The bridge's Kubernetes writes on pods: job id label + finalizer + toleration, node
+//! annotation, binding, the PodScheduled condition, and Events. The scheduler binds with it; the
+//! pod controller removes finalizers and job labels with it. Every request that writes is
 //! counted in [`KubeWrites`] by its [`write_kind`].
 
-use super::metrics::KubeWrites;
+use super::writes::{KubeWrites, write_kind};
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
 };
@@ -14,59 +15,6 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// PodScheduled reasons the bridge sets (with Kubernetes' own `Unschedulable` family).
-pub mod reason {
-    /// Waiting for the rest of a gang.
-    pub const WAITING_FOR_GANG: &str = "WaitingForGang";
-    /// A coscheduling PodGroup that admits no new job.
-    pub const POD_GROUP_CLOSED: &str = "PodGroupClosed";
-    /// The Slurm job is pending; the message carries Slurm's state_reason.
-    pub const SLURM_JOB_PENDING: &str = "SlurmJobPending";
-    /// The Slurm job is suspended; its pods are bound when it resumes.
-    pub const SLURM_JOB_SUSPENDED: &str = "SlurmJobSuspended";
-    /// Slurm rejected the job; the message carries Slurm's error text.
-    pub const SLURM_SUBMIT_FAILED: &str = "SlurmSubmitFailed";
-    /// slurmrestd could not be reached.
-    pub const SLURM_UNAVAILABLE: &str = "SlurmUnavailable";
-    /// A `slurmjob.slinky.slurm.net/*` annotation is invalid; the message names the key.
-    pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
-    /// The pod's group could not be worked out (an owner missing, ...).
-    pub const TRANSLATION_FAILED: &str = "TranslationFailed";
-    /// No Kubernetes node suits the pod.
-    pub const NO_FEASIBLE_NODES: &str = "NoFeasibleNodes";
-    /// The allocation could not be mapped to Kubernetes nodes.
-    pub const ALLOCATION_UNMAPPED: &str = "SlurmAllocationUnmapped";
-    /// The group's allocated job does not cover the pod (it joined after the allocation, or
-    /// Slurm granted fewer nodes than the group has pods): it gets a job of its own.
-    pub const OUTSIDE_GROUP_ALLOCATION: &str = "OutsideGroupAllocation";
-    /// Labelling or binding the pod failed; the message carries the API server's answer.
-    pub const BINDING_FAILED: &str = "BindingFailed";
-    /// Cancelling a job that no longer stands for a runnable gang failed.
-    pub const SLURM_CANCEL_FAILED: &str = "SlurmCancelFailed";
-    /// Another Kubernetes write of the scheduler failed (a label removal, ...).
-    pub const SCHEDULER_ERROR: &str = "SchedulerError";
-    /// Writing `PodGroupScheduled` on a built-in PodGroup failed (an Event only).
-    pub const POD_GROUP_UPDATE_FAILED: &str = "PodGroupUpdateFailed";
-}
-
-/// The kinds of Kubernetes writes (`slurm_bridge_scheduler_kube_writes_total{kind}`).
-pub mod write_kind {
-    /// Pod patch: job id label, finalizer, toleration (and clearing a stale node annotation).
-    pub const LABEL: &str = "label";
-    /// Pod patch: job id label and node annotation removed (the job was cancelled).
-    pub const UNLABEL: &str = "unlabel";
-    /// Pod patch: the bridge finalizer removed from a deleted pod.
-    pub const FINALIZER: &str = "finalizer";
-    /// pods/binding, carrying the node annotation.
-    pub const BINDING: &str = "binding";
-    /// pods/status patch: PodScheduled=False with a reason.
-    pub const CONDITION: &str = "condition";
-    /// events.k8s.io Event.
-    pub const EVENT: &str = "event";
-    /// PodGroup status patch: PodGroupScheduled=True.
-    pub const PODGROUP: &str = "podgroup";
-}
 
 /// This writer's label patch and binding of a pod, until the pod cache shows a newer version.
 #[derive(Default)]
