@@ -125,6 +125,19 @@ pub struct Caches<S> {
     synced: tokio::sync::watch::Sender<bool>,
 }
 
+/// Handles on the shared caches, as a component keeps them: Arcs and reflector stores, cheap to
+/// clone. Production takes them from [`Caches::handles`]; unit tests make them from stores they
+/// fill themselves.
+pub struct CacheHandles<S> {
+    pub slurm: Arc<S>,
+    pub jobs: Arc<JobWatcher<S>>,
+    pub slurm_nodes: Arc<SlurmNodeCache<S>>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub slices: Store<ResourceSlice>,
+    pub node_generation: Arc<AtomicU64>,
+}
+
 /// The caches' background tasks; dropping this stops them.
 pub struct CacheTasks(JoinSet<()>);
 
@@ -192,6 +205,19 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             waiter.synced.send_replace(true);
         });
         (caches, CacheTasks(tasks))
+    }
+
+    /// Handles on the caches, for a component's context.
+    pub fn handles(&self) -> CacheHandles<S> {
+        CacheHandles {
+            slurm: self.slurm.clone(),
+            jobs: self.jobs.clone(),
+            slurm_nodes: self.slurm_nodes.clone(),
+            nodes: self.nodes.clone(),
+            pods: self.pods.clone(),
+            slices: self.slices.clone(),
+            node_generation: self.node_generation.clone(),
+        }
     }
 
     /// Waits until every cache has its first full picture: decisions need it (a restarted

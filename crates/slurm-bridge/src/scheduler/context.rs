@@ -2,6 +2,7 @@
 
 use super::locks::GroupLocks;
 use super::metrics::Metrics;
+use crate::caches::CacheHandles;
 use crate::config::Config;
 use crate::k8s::PodWriter;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
@@ -105,6 +106,46 @@ pub struct CachedPlacement {
 }
 
 impl<S: Slurm> Ctx<S> {
+    /// A context on the shared caches, as every scheduler (and every unit test of one) makes
+    /// it: what is kept per pod, job and group starts empty, and the replica does not lead yet
+    /// ([`Ctx::leader`]).
+    pub fn new(
+        config: Config,
+        client: kube::Client,
+        caches: CacheHandles<S>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let CacheHandles {
+            slurm,
+            jobs,
+            slurm_nodes,
+            nodes,
+            pods,
+            slices,
+            node_generation,
+        } = caches;
+        Ctx {
+            reader: KubeReader::new(client.clone()),
+            writer: PodWriter::new(client.clone(), &config.scheduler_name),
+            config,
+            client,
+            slurm,
+            watcher: jobs,
+            slurm_nodes,
+            nodes,
+            pods,
+            slices,
+            locks: Default::default(),
+            metrics,
+            sent: Default::default(),
+            failures: pod_backoffs(),
+            leader: AtomicBool::new(false),
+            node_generation,
+            placements: Default::default(),
+            rejections: Default::default(),
+        }
+    }
+
     /// The placement for pods with these constraints, computed at most once per node
     /// generation and Slurm node names generation.
     pub fn placement(&self, pods: &[k8s_openapi::api::core::v1::Pod]) -> Arc<CachedPlacement> {
@@ -332,27 +373,21 @@ mod tests {
         let slurm = Arc::new(Nodes::default());
         let (pod_store, pods) = reflector::store();
         let (node_store, nodes) = reflector::store();
-        let config = Config::default();
-        let ctx = Ctx {
-            client: client.clone(),
-            slurm: slurm.clone(),
-            watcher: JobWatcher::new(slurm.clone(), Default::default()),
-            slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
-            nodes: node_store,
-            pods: pod_store,
-            slices: reflector::store().0,
-            reader: KubeReader::new(client.clone()),
-            writer: PodWriter::new(client, &config.scheduler_name),
-            locks: Default::default(),
-            metrics: Metrics::new(&mut Default::default()),
-            sent: Default::default(),
-            failures: pod_backoffs(),
-            leader: AtomicBool::new(true),
-            node_generation: Default::default(),
-            placements: Default::default(),
-            rejections: Default::default(),
-            config,
-        };
+        let ctx = Ctx::new(
+            Config::default(),
+            client,
+            CacheHandles {
+                slurm: slurm.clone(),
+                jobs: JobWatcher::new(slurm.clone(), Default::default()),
+                slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
+                nodes: node_store,
+                pods: pod_store,
+                slices: reflector::store().0,
+                node_generation: Default::default(),
+            },
+            Metrics::new(&mut Default::default()),
+        );
+        ctx.leader.store(true, Ordering::Relaxed);
         Fixture {
             ctx,
             slurm,

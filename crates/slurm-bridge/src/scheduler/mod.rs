@@ -33,9 +33,7 @@ mod tests;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
-use crate::k8s::PodWriter;
 use crate::slurm::Instrumented;
-use crate::workload::kube_reader::KubeReader;
 use context::{Ctx, Slurm};
 use kube::Client;
 use metrics::{LifecycleMetrics, Metrics};
@@ -44,7 +42,6 @@ use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tokio::sync::watch as tokio_watch;
 use tokio::task::JoinSet;
@@ -144,26 +141,12 @@ pub async fn run_with<S: Slurm>(
 ) -> SchedulerHandle {
     let metrics = Metrics::counting(registry, caches.slurm.metrics.calls.clone());
     let lifecycle_metrics = LifecycleMetrics::new(registry);
-    let ctx = Arc::new(Ctx {
-        config: opts.config.clone(),
-        client: client.clone(),
-        slurm: caches.slurm.clone(),
-        watcher: caches.jobs.clone(),
-        slurm_nodes: caches.slurm_nodes.clone(),
-        nodes: caches.nodes.clone(),
-        pods: caches.pods.clone(),
-        slices: caches.slices.clone(),
-        reader: KubeReader::new(client.clone()),
-        writer: PodWriter::new(client.clone(), &opts.config.scheduler_name),
-        locks: Default::default(),
-        metrics: metrics.clone(),
-        sent: Default::default(),
-        failures: context::pod_backoffs(),
-        leader: AtomicBool::new(false),
-        node_generation: caches.node_generation.clone(),
-        placements: Default::default(),
-        rejections: Default::default(),
-    });
+    let ctx = Arc::new(Ctx::new(
+        opts.config.clone(),
+        client,
+        caches.handles(),
+        metrics.clone(),
+    ));
     let triggers = Arc::new(Triggers::default());
 
     // Subscriptions to the caches, kept from start to shutdown, on a standby too.

@@ -12,15 +12,14 @@ mod fake_kube;
 mod fake_slurm;
 mod reconcile_table;
 
+use crate::caches::CacheHandles;
 use crate::config::Config;
-use crate::k8s::PodWriter;
 use crate::scheduler::context::Ctx;
 use crate::scheduler::metrics::Metrics;
 use crate::scheduler::reconcile::{error_policy, reconcile};
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache, WatchedJob};
 use crate::wellknown::{FINALIZER, LABEL_COSCHEDULING_POD_GROUP, LABEL_SLURM_JOBID};
 use crate::workload::admin_comment::AdminComment;
-use crate::workload::kube_reader::KubeReader;
 use fake_kube::{FakeKube, object_path};
 use fake_slurm::{FakeSlurm, SlurmFailure};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -30,7 +29,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use slurm_rest::models::{JobInfo, JobState};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use axum::http::Method;
@@ -456,26 +455,21 @@ impl Harness {
             scheduler_name: SCHEDULER.into(),
             ..Default::default()
         };
-        let ctx = Arc::new(Ctx {
-            client: client.clone(),
-            slurm: slurm.clone(),
-            watcher: JobWatcher::new(slurm.clone(), Default::default()),
-            slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
-            nodes: node_store,
-            pods: pod_store,
-            slices: kube::runtime::reflector::store().0,
-            reader: KubeReader::new(client.clone()),
-            writer: PodWriter::new(client, &config.scheduler_name),
-            locks: Default::default(),
-            metrics: Metrics::new(&mut Default::default()),
-            sent: Default::default(),
-            failures: crate::scheduler::context::pod_backoffs(),
-            leader: AtomicBool::new(world.leader),
-            node_generation: Default::default(),
-            placements: Default::default(),
-            rejections: Default::default(),
+        let ctx = Arc::new(Ctx::new(
             config,
-        });
+            client,
+            CacheHandles {
+                slurm: slurm.clone(),
+                jobs: JobWatcher::new(slurm.clone(), Default::default()),
+                slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
+                nodes: node_store,
+                pods: pod_store,
+                slices: kube::runtime::reflector::store().0,
+                node_generation: Default::default(),
+            },
+            Metrics::new(&mut Default::default()),
+        ));
+        ctx.leader.store(world.leader, Ordering::Relaxed);
         ctx.slurm_nodes.refresh().await.expect("slurm nodes");
         let mut h = Harness {
             ctx,
