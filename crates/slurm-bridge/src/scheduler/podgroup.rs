@@ -6,7 +6,11 @@
 //! conditions other writers own are left as they are, and no read-modify-write can lose theirs.
 
 use super::context::{Ctx, Slurm};
+use super::reason;
+use super::reconcile::is_bound;
 use crate::workload::Translation;
+use crate::workload::ir::pod_key;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
 use std::time::Duration;
@@ -138,6 +142,38 @@ pub async fn mark_scheduled<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Result<
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `PodGroupScheduled=True` once every pod of the group is bound: those bound before and those
+/// this pass bound (reference §5.8.6). A failure is a warning and a Warning Event on the pod.
+pub(super) async fn mark_if_all_bound<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    tr: &Translation,
+    bound_now: &[String],
+) {
+    if !all_bound(&tr.ir.pods, bound_now) {
+        return;
+    }
+    if let Err(e) = mark_scheduled(ctx, tr).await {
+        tracing::warn!(podgroup = %tr.ir.root, error = %e, "marking the PodGroup scheduled failed");
+        let note = format!("marking {} PodGroupScheduled failed: {e}", tr.ir.root);
+        ctx.writer
+            .event(
+                &ctx.metrics.kube_writes,
+                pod,
+                true,
+                reason::POD_GROUP_UPDATE_FAILED,
+                note,
+            )
+            .await;
+    }
+}
+
+/// True when every pod of `pods` is bound, or among `bound_now`.
+pub(super) fn all_bound(pods: &[Pod], bound_now: &[String]) -> bool {
+    pods.iter()
+        .all(|p| is_bound(p) || bound_now.contains(&pod_key(p)))
 }
 
 #[cfg(test)]

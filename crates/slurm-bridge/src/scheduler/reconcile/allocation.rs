@@ -1,0 +1,236 @@
+//! An allocation turned into bound pods, in named steps: Slurm's node list mapped to Kubernetes
+//! nodes ([`allocated_nodes`]), the pods the job stands for ([`members`]) each assigned a node
+//! ([`assign_nodes`]), their DRA claims planned ([`plan_claims`]), then every unbound pod
+//! labelled, given its claim and bound ([`bind_one`]), and the outcomes tallied ([`tally`]).
+
+use super::report::report;
+use super::{ReconcileError, bound_node, is_bound};
+use crate::dra::claims::{self, ClaimPlan, ClaimWriter};
+use crate::k8s::slurm_node_name;
+use crate::scheduler::assign;
+use crate::scheduler::context::{Ctx, Slurm};
+use crate::scheduler::reason;
+use crate::slurm::WatchedJob;
+use crate::wellknown::ANNOTATION_SLURM_NODE;
+use crate::workload::Translation;
+use crate::workload::ir::pod_key;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+
+/// What a pass did with an allocation.
+pub(super) struct Allocation {
+    /// `pod key -> node` for every pod on the allocation, bound before or now.
+    pub(super) plan: BTreeMap<String, String>,
+    /// The pods this pass bound (or found bound by an earlier pass of its own).
+    pub(super) bound_now: Vec<String>,
+}
+
+/// Binds the unbound pods the allocation covers.
+pub(super) async fn bind_allocation<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    tr: &Translation,
+    job: &WatchedJob,
+) -> Result<Allocation, ReconcileError> {
+    let slurm_to_kube: BTreeMap<String, String> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| (slurm_node_name(n), n.name_any()))
+        .collect();
+    let kube = allocated_nodes(ctx, pod, job, &slurm_to_kube).await?;
+    let members = members(tr, job);
+    let plan = assign_nodes(tr, &members, &kube);
+    ctx.metrics.allocated(job.job_id);
+    let claim_writer = &ctx.claims();
+    let claim_plan =
+        &plan_claims(ctx, claim_writer, pod, job, &plan, &members, &slurm_to_kube).await?;
+    let to_bind: Vec<(&Pod, &String)> = members
+        .iter()
+        .filter(|p| !is_bound(p))
+        .filter_map(|p| plan.get(&pod_key(p)).map(|n| (*p, n)))
+        .collect();
+    let results = futures::future::join_all(
+        to_bind
+            .iter()
+            .map(|(p, node)| bind_one(ctx, claim_writer, claim_plan, job, p, node)),
+    )
+    .await;
+    let bound_now = tally(results, &to_bind)?;
+    let bound = bound_now.len() as u64;
+    ctx.metrics.group_bound(job.job_id, bound);
+    let nodes = job.allocated_nodes().unwrap_or_default();
+    tracing::info!(job_id = job.job_id, group = %tr.group_key, nodes, bound, "bound pods");
+    Ok(Allocation { plan, bound_now })
+}
+
+/// The Kubernetes nodes of the job's allocation, in Slurm's order; a node list that does not
+/// parse or names a node Kubernetes does not have is shown on the pod and fails the pass.
+async fn allocated_nodes<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    job: &WatchedJob,
+    slurm_to_kube: &BTreeMap<String, String>,
+) -> Result<Vec<String>, ReconcileError> {
+    let nodes = job.allocated_nodes().unwrap_or_default();
+    let slurm_names = match slurm_rest::hostlist::expand(nodes) {
+        Ok(n) => n,
+        Err(e) => {
+            let message = format!(
+                "Slurm job {} has a malformed node list {nodes:?}: {e}",
+                job.job_id
+            );
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            return Err(ReconcileError::NodeList {
+                job_id: job.job_id,
+                nodes: nodes.to_string(),
+                message: e.to_string(),
+            });
+        }
+    };
+    match assign::kube_nodes(&slurm_names, slurm_to_kube) {
+        Ok(k) => Ok(k),
+        Err(e) => {
+            let message = format!("Slurm job {} allocated {nodes}: {e}", job.job_id);
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// The group's pods the job stands for (its admin_comment; a lone pod always).
+fn members<'a>(tr: &'a Translation, job: &WatchedJob) -> Vec<&'a Pod> {
+    tr.ir
+        .pods
+        .iter()
+        .filter(|p| job.comment.pods.contains(&pod_key(p)) || tr.ir.pods.len() == 1)
+        .collect()
+}
+
+/// `pod key -> node` for the members: pods bound to a node of the allocation keep it, then the
+/// unbound ones go where their node annotation says if there is room. A member bound elsewhere
+/// (on a job of its own) is not this allocation's.
+fn assign_nodes(tr: &Translation, members: &[&Pod], kube: &[String]) -> BTreeMap<String, String> {
+    let mut wanted: Vec<(String, Option<String>)> = members
+        .iter()
+        .filter_map(|p| bound_node(p).map(|n| (pod_key(p), n.to_string())))
+        .filter(|(_, n)| kube.contains(n))
+        .map(|(k, n)| (k, Some(n)))
+        .collect();
+    wanted.extend(members.iter().filter(|p| !is_bound(p)).map(|p| {
+        (
+            pod_key(p),
+            p.annotations().get(ANNOTATION_SLURM_NODE).cloned(),
+        )
+    }));
+    assign::assign(&wanted, kube, tr.ir.job.pods_per_node())
+}
+
+/// The DRA devices each member asking for them gets (no Slurm call for pods without); a failure
+/// is shown on the pod it concerns, else on the reconciled one.
+async fn plan_claims<S: Slurm>(
+    ctx: &Ctx<S>,
+    writer: &ClaimWriter,
+    pod: &Pod,
+    job: &WatchedJob,
+    plan: &BTreeMap<String, String>,
+    members: &[&Pod],
+    slurm_to_kube: &BTreeMap<String, String>,
+) -> Result<ClaimPlan, ReconcileError> {
+    let kube_to_slurm: BTreeMap<&String, &String> =
+        slurm_to_kube.iter().map(|(s, k)| (k, s)).collect();
+    let slurm_node = |k: &str| {
+        kube_to_slurm
+            .get(&k.to_string())
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| k.to_string())
+    };
+    match claims::plan(writer, &*ctx.slurm, job.job_id, plan, members, slurm_node).await {
+        Ok(c) => Ok(c),
+        Err((who, e)) => {
+            let message = format!("Slurm job {}: {e}", job.job_id);
+            let target = who
+                .and_then(|k| members.iter().find(|p| pod_key(p) == k).copied())
+                .unwrap_or(pod);
+            report(ctx, target, claims::REASON_CLAIM_FAILED, &message).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Labels one pod with the job, makes its ResourceClaim (if it asks for DRA devices) and binds
+/// it to `node`; a failed binding deletes the claim again. `Ok(true)`: the pod is bound (now or
+/// by an earlier pass of this scheduler); `Ok(false)`: it was deleted meanwhile.
+async fn bind_one<S: Slurm>(
+    ctx: &Ctx<S>,
+    claim_writer: &ClaimWriter,
+    claim_plan: &ClaimPlan,
+    job: &WatchedJob,
+    p: &Pod,
+    node: &str,
+) -> Result<bool, ReconcileError> {
+    let writes = &ctx.metrics.kube_writes;
+    let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
+        // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
+        Ok(()) => match claims::ensure_claim(claim_writer, claim_plan, p).await {
+            Ok(claim) => {
+                let bound = ctx.writer.bind(writes, p, node).await;
+                if let (Err(_), Some(name)) = (&bound, &claim) {
+                    claims::undo(claim_writer, p, name).await;
+                }
+                bound
+            }
+            Err(e) => {
+                let message = format!("Slurm job {} on node {node}: {e}", job.job_id);
+                report(ctx, p, claims::REASON_CLAIM_FAILED, &message).await;
+                return Err(ReconcileError::Claim(e));
+            }
+        },
+        Err(e) => Err(e),
+    };
+    match bound {
+        Ok(true) => {
+            let note = format!(
+                "Successfully assigned {} to {node} (Slurm job {})",
+                pod_key(p),
+                job.job_id
+            );
+            ctx.writer.event(writes, p, false, "Scheduled", note).await;
+            Ok(true)
+        }
+        // Bound by an earlier pass (this one read the pod before the cache showed it):
+        // its Scheduled Event was sent then.
+        Ok(false) => Ok(true),
+        // Deleted meanwhile.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => {
+            let message = format!(
+                "binding to node {node} (Slurm job {}) failed: {}",
+                job.job_id,
+                crate::kube_error::Brief(&e)
+            );
+            report(ctx, p, reason::BINDING_FAILED, &message).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// The keys of the pods bound, or the first error once every bind has been tried.
+fn tally<E>(results: Vec<Result<bool, E>>, to_bind: &[(&Pod, &String)]) -> Result<Vec<String>, E> {
+    let mut bound_now = Vec::new();
+    let mut first_error = None;
+    for (r, (p, _)) in results.into_iter().zip(to_bind) {
+        match r {
+            Ok(true) => bound_now.push(pod_key(p)),
+            Ok(false) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(bound_now),
+    }
+}

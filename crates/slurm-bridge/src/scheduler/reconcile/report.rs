@@ -1,0 +1,82 @@
+//! What a pod shows when it cannot be bound yet: PodScheduled=False with a reason and Slurm's
+//! own text, and an Event when that changes.
+
+use super::ReconcileError;
+use crate::scheduler::context::{Ctx, Slurm};
+use crate::scheduler::reason;
+use crate::workload::TranslateError;
+use crate::workload::ir::pod_key;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
+use std::time::Duration;
+
+/// Shows a scheduling problem on the pod: the PodScheduled=False condition and a Warning event
+/// (only when the condition changes, so a waiting pod does not collect thousands of events).
+pub(super) async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
+    match ctx
+        .writer
+        .set_unschedulable(&ctx.metrics.kube_writes, pod, why, message)
+        .await
+    {
+        Ok(true) => {}
+        // The pod already shows it: no second event.
+        Ok(false) => return,
+        // Still worth an Event: the user sees the reason there.
+        Err(e) => {
+            tracing::warn!(pod = %pod_key(pod), reason = why, error = %e, "setting PodScheduled=False failed");
+        }
+    }
+    let warning = ![
+        reason::SLURM_JOB_PENDING,
+        reason::SLURM_JOB_SUSPENDED,
+        reason::WAITING_FOR_GANG,
+    ]
+    .contains(&why);
+    ctx.writer
+        .event(
+            &ctx.metrics.kube_writes,
+            pod,
+            warning,
+            why,
+            message.to_string(),
+        )
+        .await;
+}
+
+pub(super) async fn translation_failed<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    e: TranslateError,
+) -> Result<Action, ReconcileError> {
+    let transient = matches!(
+        &e,
+        TranslateError::Read(crate::workload::ReadError::Other { .. })
+    );
+    let why = if matches!(e, TranslateError::Annotations { .. }) {
+        reason::INVALID_ANNOTATION
+    } else {
+        reason::TRANSLATION_FAILED
+    };
+    let message = e.to_string();
+    report(ctx, pod, why, &message).await;
+    if transient {
+        return Err(e.into());
+    }
+    // The fix is an edit (of the pod, or of its Job, JobSet, ...): look again now and then.
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+pub(super) async fn slurm_failed<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    why: &str,
+    e: slurm_rest::Error,
+) -> Result<Action, ReconcileError> {
+    let why = if e.is_transient() {
+        reason::SLURM_UNAVAILABLE
+    } else {
+        why
+    };
+    report(ctx, pod, why, &e.to_string()).await;
+    Err(e.into())
+}

@@ -1,0 +1,213 @@
+//! Where a pod group becomes a Slurm job: find the group's job, or build its description
+//! (restricted to the nodes Kubernetes can use) and submit it, then label the group's pods;
+//! remember descriptions Slurm rejected for good.
+
+use super::ReconcileError;
+use super::report::{report, slurm_failed};
+use crate::scheduler::context::{Ctx, Slurm};
+use crate::scheduler::reason;
+use crate::scheduler::rejection;
+use crate::slurm::WatchedJob;
+use crate::wellknown::LABEL_SLURM_JOBID;
+use crate::workload::Translation;
+use crate::workload::ir::pod_key;
+use crate::workload::job_desc::admin_comment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use slurm_rest::models::JobState;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The group's active job, if any. Jobs made by the Go original carry no group key and are found
+/// through their pods. Duplicates (never made by this scheduler, but possible after a crash of
+/// the original) are cancelled, keeping an allocated one or else the oldest.
+pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option<Arc<WatchedJob>> {
+    let mut jobs = ctx.watcher.index().active_for_group(&tr.group_key);
+    if jobs.is_empty() {
+        let index = ctx.watcher.index();
+        for pod in &tr.ir.pods {
+            for j in index.active_for_pod(&pod_key(pod)) {
+                if j.comment.group.is_none() && !jobs.iter().any(|x| x.job_id == j.job_id) {
+                    jobs.push(j);
+                }
+            }
+        }
+    }
+    jobs.sort_by_key(|j| (j.allocated_nodes().is_none(), j.job_id));
+    let mut jobs = jobs.into_iter();
+    let keep = jobs.next();
+    for dup in jobs {
+        tracing::warn!(job_id = dup.job_id, group = %tr.group_key, "cancelling a duplicate external job");
+        if let Err(e) = ctx.slurm.cancel(dup.job_id).await {
+            tracing::warn!(job_id = dup.job_id, error = %e, "cancelling a duplicate job failed");
+        }
+    }
+    keep
+}
+
+pub(super) fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
+    let text = serde_json::to_string(desc).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// `desc` as an update of a pending job sends it (and as its hash is remembered at submit). An
+/// update changes only what it names, so an exclusion made while fewer nodes were schedulable
+/// must be cleared explicitly: slurmrestd reads `[]` as "unchanged" and `[""]` as an empty
+/// ExcNodeList (tried on Slurm 26.05).
+pub(super) fn as_update(
+    mut desc: slurm_rest::models::JobDescMsg,
+) -> slurm_rest::models::JobDescMsg {
+    desc.excluded_nodes
+        .get_or_insert_with(|| vec![String::new()]);
+    desc
+}
+
+/// The job description for the group, restricted to nodes Kubernetes can use; `Err` carries a
+/// user message when too few nodes are feasible.
+pub(super) fn job_desc<S: Slurm>(
+    ctx: &Ctx<S>,
+    tr: &Translation,
+) -> Result<slurm_rest::models::JobDescMsg, String> {
+    let placement = ctx.placement(&tr.ir.pods);
+    let needed = tr.nodes_needed();
+    if placement.feasible < needed {
+        return Err(format!(
+            "{}/{} nodes are available for {} pod(s) of {}, which need{} {needed} node(s){}{}",
+            placement.feasible,
+            placement.nodes,
+            tr.ir.pods.len(),
+            tr.group_key,
+            if needed == tr.ir.node_count() {
+                ""
+            } else {
+                " at least"
+            },
+            if placement.rejections.is_empty() {
+                ""
+            } else {
+                ": "
+            },
+            placement.rejections
+        ));
+    }
+    Ok(tr.to_job_desc(&ctx.config, &placement.excluded))
+}
+
+pub(super) async fn submit<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    tr: &Translation,
+) -> Result<Action, ReconcileError> {
+    let desc = match job_desc(ctx, tr) {
+        Ok(d) => d,
+        Err(message) => {
+            report(ctx, pod, reason::NO_FEASIBLE_NODES, &message).await;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
+    let fingerprint = ctx.fingerprint(desc_hash(&as_update(desc.clone())));
+    if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
+        return Ok(action);
+    }
+    let job_id = match ctx.slurm.submit(&desc).await {
+        Ok(id) => id,
+        Err(e) if rejection::is_permanent(&e) => {
+            return Ok(rejected(ctx, pod, tr, fingerprint, &e).await);
+        }
+        Err(e) => return slurm_failed(ctx, pod, reason::SLURM_SUBMIT_FAILED, e).await,
+    };
+    ctx.rejections().clear(&tr.group_key);
+    ctx.metrics.submitted(job_id);
+    ctx.sent
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(job_id, desc_hash(&as_update(desc.clone())));
+    ctx.watcher.record(WatchedJob {
+        job_id,
+        state: vec![JobState::Pending],
+        state_reason: None,
+        nodes: None,
+        comment: admin_comment(&tr.ir, &tr.group_key),
+    });
+    tracing::info!(job_id, group = %tr.group_key, pods = tr.ir.pods.len(), "submitted external job");
+    // No Event for the submit: the label names the job, and the pod's next Event does too
+    // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits).
+    label_all(ctx, tr, job_id).await?;
+    // The watcher reports the allocation; look again anyway after a while.
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Labels every pod of the group with the job id (plus finalizer and toleration), in parallel.
+pub(super) async fn label_all<S: Slurm>(
+    ctx: &Ctx<S>,
+    tr: &Translation,
+    job_id: u32,
+) -> Result<(), ReconcileError> {
+    let results = futures::future::join_all(tr.ir.pods.iter().map(|p| {
+        let stale = p
+            .labels()
+            .get(LABEL_SLURM_JOBID)
+            .is_some_and(|l| *l != job_id.to_string());
+        ctx.writer.label(&ctx.metrics.kube_writes, p, job_id, stale)
+    }))
+    .await;
+    for r in results {
+        match r {
+            Ok(()) => {}
+            // A pod deleted meanwhile: its job is corrected on the next pass.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The message a permanently rejected group shows (stable, so a waiting pod is not written to
+/// again on every pass).
+pub(super) fn rejection_message(tr: &Translation, slurm_text: &str) -> String {
+    format!(
+        "Slurm rejected the job of {}: {slurm_text}. It is sent again when the pods, their group \
+         or the nodes change, or after {} minutes",
+        tr.group_key,
+        rejection::RETRY_AFTER.as_secs() / 60
+    )
+}
+
+/// The group's description was rejected for good and nothing it is made of has changed since:
+/// show Slurm's answer again (no write if the pod shows it already) and wait.
+pub(super) async fn still_rejected<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    tr: &Translation,
+    fingerprint: u64,
+) -> Option<Action> {
+    let still = ctx
+        .rejections()
+        .check(&tr.group_key, fingerprint, std::time::Instant::now())?;
+    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &still.message).await;
+    Some(Action::requeue(still.retry_in))
+}
+
+/// Slurm refused the group's description for good: remember it, show it, wait.
+pub(super) async fn rejected<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    tr: &Translation,
+    fingerprint: u64,
+    e: &slurm_rest::Error,
+) -> Action {
+    let message = rejection_message(tr, &e.to_string());
+    tracing::warn!(group = %tr.group_key, error = %e, retry_in = ?rejection::RETRY_AFTER, "Slurm rejected the job; not sent again until the group or the nodes change");
+    ctx.rejections().record(
+        &tr.group_key,
+        fingerprint,
+        message.clone(),
+        std::time::Instant::now(),
+    );
+    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &message).await;
+    Action::requeue(rejection::RETRY_AFTER)
+}
