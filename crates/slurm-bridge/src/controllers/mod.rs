@@ -153,14 +153,17 @@ pub fn run_with<S: Slurm + NodeControl>(
                 leading_tx.send_replace(true);
                 let (stop_tx, stop_rx) = watch::channel(false);
                 let node_changes = node_refs(caches.node_changes());
-                let nodes = node::run(
-                    client.clone(),
-                    caches.slurm.clone(),
-                    caches.slurm_nodes.clone(),
-                    caches.nodes.clone(),
+                let inputs = node::NodeInputs {
+                    client: client.clone(),
+                    slurm: caches.slurm.clone(),
+                    slurm_nodes: caches.slurm_nodes.clone(),
+                    nodes: caches.nodes.clone(),
                     node_changes,
-                    caches.slices.clone(),
-                    slice_node_refs(caches.slice_changes()),
+                    slices: caches.slices.clone(),
+                    slice_changes: slice_node_refs(caches.slice_changes()),
+                };
+                let nodes = node::run_on(
+                    inputs,
                     node_opts.clone(),
                     node_metrics.clone(),
                     until_true(stop_rx.clone()),
