@@ -1,6 +1,7 @@
 //! Exponential backoff per key (a pod, a node), on `backon`: each failure of a key waits longer,
 //! up to a cap; a success or the key's deletion forgets it.
 
+use crate::sync::MutexExt;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,7 +29,7 @@ impl Backoffs {
     }
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, ExponentialBackoff>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+        self.keys.locked()
     }
 
     /// The wait after one more failure of `key`.

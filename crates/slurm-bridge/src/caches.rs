@@ -7,6 +7,7 @@
 
 use crate::k8s::node::placement_fingerprint;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
+use crate::sync::MutexExt;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -54,15 +55,12 @@ impl<K> Default for Fanout<K> {
 impl<K> Fanout<K> {
     fn subscribe(&self) -> mpsc::UnboundedReceiver<Change<K>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        self.0.locked().push(tx);
         rx
     }
 
     fn send(&self, change: Change<K>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|tx| tx.send(change.clone()).is_ok());
+        self.0.locked().retain(|tx| tx.send(change.clone()).is_ok());
     }
 
     fn send_event(&self, event: &watcher::Event<K>)

@@ -18,5 +18,6 @@ pub mod resources;
 pub mod scheduler;
 pub mod server;
 pub mod slurm;
+pub mod sync;
 pub mod wellknown;
 pub mod workload;

@@ -129,7 +129,7 @@ pub async fn run(cfg: Config, args: AdmissionArgs) -> anyhow::Result<()> {
         args.webhook.options(cfg),
         &mut registry,
         leadership.receiver(),
-        process::until_true(stop_rx),
+        crate::sync::until_true(stop_rx),
     )
     .await?;
     let components = vec![process::Component {

@@ -73,7 +73,7 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
         opts,
         &mut registry,
         leadership.receiver(),
-        process::until_true(stop_rx),
+        crate::sync::until_true(stop_rx),
     )
     .await;
     let component = process::Component {

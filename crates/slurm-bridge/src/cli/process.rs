@@ -1,6 +1,7 @@
 //! What every long-running subcommand shares: leader election, the probe server, and a clean
 //! shutdown on SIGTERM (readiness off, passes in flight finish, Lease released).
 
+use crate::sync::until_true;
 use crate::{leader, server};
 use anyhow::Context;
 use futures::{Stream, StreamExt};
@@ -131,11 +132,6 @@ pub async fn leadership(
         Some(l) => leader::elect(client.clone(), &l.namespace, &l.name, &l.identity).await?,
         None => leader::Leadership::always(),
     })
-}
-
-/// Resolves once `rx` reads true (or its sender is gone).
-pub async fn until_true(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// True while every component is ready.

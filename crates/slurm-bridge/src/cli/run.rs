@@ -58,7 +58,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         &mut registry,
         leadership.receiver(),
         ready_tx,
-        process::until_true(stop_rx.clone()),
+        crate::sync::until_true(stop_rx.clone()),
     )
     .await;
     let webhooks = match admission_opts {
@@ -68,7 +68,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
                 opts,
                 &mut registry,
                 leadership.receiver(),
-                process::until_true(stop_rx.clone()),
+                crate::sync::until_true(stop_rx.clone()),
             )
             .await?,
         ),
@@ -80,7 +80,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         ctrl_opts,
         &mut registry,
         leadership.receiver(),
-        process::until_true(stop_rx),
+        crate::sync::until_true(stop_rx),
     );
     let mut components = vec![
         process::Component {

@@ -106,7 +106,7 @@ pub async fn serve<S: Slurm>(
         &mut registry,
         leadership.receiver(),
         ready_tx,
-        process::until_true(stop_rx),
+        crate::sync::until_true(stop_rx),
     )
     .await;
     let component = process::Component {

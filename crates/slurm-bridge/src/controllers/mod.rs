@@ -15,6 +15,7 @@ use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
 use crate::slurm::Slurm;
 use crate::slurm::{Instrumented, NodeControl};
+use crate::sync::until_true;
 use futures::StreamExt;
 use metrics::ControllerMetrics;
 use prometheus_client::registry::Registry;
@@ -254,9 +255,4 @@ async fn until_leadership(leader: &mut watch::Receiver<bool>, want: bool) {
     if leader.wait_for(|l| *l == want).await.is_err() {
         std::future::pending::<()>().await;
     }
-}
-
-/// Resolves once `rx` reads true (or its sender is gone).
-async fn until_true(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }

@@ -4,6 +4,7 @@
 //! counted in [`KubeWrites`] by its [`write_kind`].
 
 use super::writes::{KubeWrites, write_kind};
+use crate::sync::MutexExt;
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
 };
@@ -68,7 +69,7 @@ impl PodWriter {
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
+        self.written.locked()
     }
 
     /// What this writer wrote on top of `pod` as the caller read it, when that is an older

@@ -6,6 +6,7 @@ use crate::caches::CacheHandles;
 use crate::config::Config;
 use crate::k8s::PodWriter;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
+use crate::sync::MutexExt;
 use crate::workload::ir::pod_key;
 use crate::workload::kube_reader::KubeReader;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -217,12 +218,12 @@ impl<S: Slurm> Ctx<S> {
 
     /// The permanent rejections, even if a panicking holder poisoned their lock.
     pub fn rejections(&self) -> std::sync::MutexGuard<'_, super::rejection::Rejections> {
-        self.rejections.lock().unwrap_or_else(|e| e.into_inner())
+        self.rejections.locked()
     }
 
     /// The placement cache, even if a panicking holder poisoned its lock.
     fn placement_cache(&self) -> std::sync::MutexGuard<'_, PlacementCache> {
-        self.placements.lock().unwrap_or_else(|e| e.into_inner())
+        self.placements.locked()
     }
 
     pub fn is_leader(&self) -> bool {
@@ -246,10 +247,7 @@ impl<S: Slurm> Ctx<S> {
     /// Forgets what is kept per job (the last description sent, the latency timers) once the job
     /// is over, so these maps hold live jobs only.
     pub fn forget_job(&self, job_id: u32) {
-        self.sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job_id);
+        self.sent.locked().remove(&job_id);
         self.metrics.forget_job(job_id);
     }
 

@@ -6,6 +6,7 @@ use super::metrics::LifecycleMetrics;
 use super::triggers::Triggers;
 use super::{SchedulerOptions, reconcile, sweep};
 use crate::slurm::Instrumented;
+use crate::sync::until_true;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -22,11 +23,6 @@ pub(super) async fn until_leadership(leader: &mut tokio_watch::Receiver<bool>, w
     if leader.wait_for(|l| *l == want).await.is_err() {
         std::future::pending::<()>().await;
     }
-}
-
-/// Resolves once `rx` reads true (or its sender is gone).
-pub(super) async fn until_true(mut rx: tokio_watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }
 
 /// How a term of leadership ended.

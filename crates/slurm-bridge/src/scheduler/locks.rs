@@ -1,5 +1,6 @@
 //! One lock per pod group, so two pods of a gang reconciled at once cannot both submit a job.
 
+use crate::sync::MutexExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -23,8 +24,7 @@ impl GroupLocks {
     pub async fn lock(&self, key: &str) -> GroupGuard<'_> {
         let lock = self
             .locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .entry(key.to_string())
             .or_default()
             .clone();
@@ -41,7 +41,7 @@ impl GroupLocks {
     }
 
     pub fn len(&self) -> usize {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.locks.locked().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -52,7 +52,7 @@ impl GroupLocks {
 impl Drop for GroupGuard<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());
-        let mut locks = self.owner.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.owner.locks.locked();
         // Only the map holds it now: nobody is waiting.
         if locks
             .get(&self.key)

@@ -2,6 +2,7 @@
 //! [`crate::slurm::SlurmMetrics`], shared by every component of the process.
 
 use crate::k8s::writes::KubeWrites;
+use crate::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -83,35 +84,25 @@ impl Metrics {
 
     pub fn submitted(&self, job_id: u32) {
         self.jobs_submitted.inc();
-        self.submitted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(job_id, Instant::now());
+        self.submitted_at.locked().insert(job_id, Instant::now());
     }
 
     /// How long ago this scheduler submitted `job_id`, while it is not yet allocated (None for a
     /// job submitted before a restart, or by another replica).
     pub fn submitted_ago(&self, job_id: u32) -> Option<std::time::Duration> {
         self.submitted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(&job_id)
             .map(Instant::elapsed)
     }
 
     /// The watcher saw `job_id` allocated.
     pub fn allocated(&self, job_id: u32) {
-        if let Some(t) = self
-            .submitted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job_id)
-        {
+        if let Some(t) = self.submitted_at.locked().remove(&job_id) {
             self.submit_to_allocation.observe(t.elapsed().as_secs_f64());
         }
         self.allocated_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .entry(job_id)
             .or_insert_with(Instant::now);
     }
@@ -119,32 +110,21 @@ impl Metrics {
     /// All pods of `job_id` are bound.
     pub fn group_bound(&self, job_id: u32, pods: u64) {
         self.pods_bound.inc_by(pods);
-        if let Some(t) = self
-            .allocated_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job_id)
-        {
+        if let Some(t) = self.allocated_at.locked().remove(&job_id) {
             self.allocation_to_bound.observe(t.elapsed().as_secs_f64());
         }
     }
 
     /// Stops timing a job that is over (cancelled while pending, or never bound).
     pub fn forget_job(&self, job_id: u32) {
-        self.submitted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job_id);
-        self.allocated_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job_id);
+        self.submitted_at.locked().remove(&job_id);
+        self.allocated_at.locked().remove(&job_id);
     }
 
     /// Jobs being timed (submitted and not yet allocated, or allocated and not yet bound).
     pub fn timed_jobs(&self) -> usize {
-        let submitted = self.submitted_at.lock().unwrap_or_else(|e| e.into_inner());
-        let allocated = self.allocated_at.lock().unwrap_or_else(|e| e.into_inner());
+        let submitted = self.submitted_at.locked();
+        let allocated = self.allocated_at.locked();
         submitted
             .keys()
             .chain(allocated.keys())

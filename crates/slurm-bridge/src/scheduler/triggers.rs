@@ -4,6 +4,7 @@
 use super::context::{Ctx, Slurm};
 use super::metrics::Metrics;
 use crate::caches::Change;
+use crate::sync::MutexExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
@@ -19,7 +20,7 @@ impl Triggers {
     pub(super) fn slot(
         &self,
     ) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<ObjectRef<Pod>>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 
     pub(super) fn send(&self, pod: ObjectRef<Pod>) {

@@ -8,6 +8,7 @@
 
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
+use crate::sync::{MutexExt, RwLockExt};
 use futures::StreamExt;
 use slurm_rest::models::JobInfo;
 use std::collections::{HashMap, HashSet};
@@ -118,16 +119,13 @@ impl<S: SlurmJobs> JobWatcher<S> {
 
     /// Read access to the index.
     pub fn index(&self) -> RwLockReadGuard<'_, JobIndex> {
-        self.index.read().unwrap_or_else(|e| e.into_inner())
+        self.index.read_locked()
     }
 
     /// A stream of job events from now on.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<JobEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tx);
+        self.subscribers.locked().push(tx);
         rx
     }
 
@@ -146,16 +144,9 @@ impl<S: SlurmJobs> JobWatcher<S> {
     /// Records a job the caller just submitted or updated, so lookups see it before the next poll.
     pub fn record(&self, job: WatchedJob) {
         let generation = self.generation.load(Ordering::SeqCst);
-        self.recorded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(job.job_id, generation);
-        self.index
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .upsert(job);
-        *self.last_record.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(std::time::Instant::now());
+        self.recorded.locked().insert(job.job_id, generation);
+        self.index.write_locked().upsert(job);
+        *self.last_record.locked() = Some(std::time::Instant::now());
         self.nudge.notify_one();
     }
 
@@ -163,8 +154,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     fn next_wait(&self) -> Duration {
         let recent = self
             .last_record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .is_some_and(|t| t.elapsed() < self.config.fast_window);
         let pending = recent && self.index().jobs().any(|j| j.is_pending());
         if pending {
@@ -185,7 +175,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     /// bridge job (only when it differs, unless `always`), `Gone` for a bridge job that vanished
     /// or is no longer the bridge's. Returns the bridge job.
     fn absorb(&self, job_id: u32, info: Option<JobInfo>, always: bool) -> Option<Arc<WatchedJob>> {
-        let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+        let mut index = self.index.write_locked();
         match info.as_ref().and_then(WatchedJob::from_info) {
             Some(job) => {
                 let old = index.upsert(job);
@@ -213,7 +203,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     }
 
     fn emit(&self, event: JobEvent) {
-        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut subs = self.subscribers.locked();
         subs.retain(|tx| tx.send(event.clone()).is_ok());
     }
 
@@ -268,14 +258,14 @@ impl<S: SlurmJobs> JobWatcher<S> {
         let n = index.len();
         {
             let now = std::time::Instant::now();
-            let mut fetched = self.fetched_at.lock().unwrap_or_else(|e| e.into_inner());
+            let mut fetched = self.fetched_at.locked();
             fetched.clear();
             fetched.extend(index.jobs().map(|j| (j.job_id, now)));
         }
         {
-            let mut current = self.index.write().unwrap_or_else(|e| e.into_inner());
+            let mut current = self.index.write_locked();
             // Keep jobs recorded while the listing was in flight.
-            let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            let recorded = self.recorded.locked();
             for id in recorded.keys() {
                 if index.get(*id).is_none()
                     && let Some(j) = current.get(*id)
@@ -315,10 +305,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
         }
         // Pending jobs whose reason has not been looked at for a while, oldest first.
         let reason_due = {
-            let mut last = self
-                .last_reason_batch
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut last = self.last_reason_batch.locked();
             let due = last.is_none_or(|t| t.elapsed() >= self.config.reason_tick);
             if due {
                 *last = Some(std::time::Instant::now());
@@ -328,7 +315,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
         if reason_due {
             let now = std::time::Instant::now();
             let index = self.index();
-            let fetched = self.fetched_at.lock().unwrap_or_else(|e| e.into_inner());
+            let fetched = self.fetched_at.locked();
             let mut stale: Vec<(Option<std::time::Instant>, u32)> = index
                 .jobs()
                 .filter(|j| j.is_pending() && listed.contains(&j.job_id))
@@ -349,7 +336,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
         // Jobs Slurm no longer lists are gone, unless recorded after this poll started.
         let gone: Vec<u32> = {
             let index = self.index();
-            let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            let recorded = self.recorded.locked();
             index
                 .known_ids()
                 .filter(|id| !listed.contains(id))
@@ -357,21 +344,17 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 .collect()
         };
         {
-            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            let mut recorded = self.recorded.locked();
             recorded.retain(|id, g| *g >= generation || !listed.contains(id));
         }
         {
-            let mut fetched = self.fetched_at.lock().unwrap_or_else(|e| e.into_inner());
+            let mut fetched = self.fetched_at.locked();
             for id in &gone {
                 fetched.remove(id);
             }
         }
         for id in gone {
-            let old = self
-                .index
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(id);
+            let old = self.index.write_locked().remove(id);
             if let Some(old) = old {
                 self.emit(JobEvent::Gone(old));
             }
@@ -384,8 +367,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             self.stats.fetches.fetch_add(1, Ordering::Relaxed);
             if result.is_ok() {
                 self.fetched_at
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .locked()
                     .insert(id, std::time::Instant::now());
             }
             match result {

@@ -8,6 +8,7 @@
 //! features, topology), so an admin's drain reaches the controller within one interval.
 
 use super::SlurmNodes;
+use crate::sync::{MutexExt, RwLockExt};
 use slurm_rest::models::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -100,10 +101,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
     /// The names as of the last successful listing with their generation, read together: a
     /// placement cached under a generation must come from that generation's names.
     pub fn snapshot(&self) -> NodeNames {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.read_locked().clone()
     }
 
     /// A number that moves when a node appears, goes, or changes what it is configured with
@@ -116,7 +114,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
 
     /// Every node as of the last successful listing, by name.
     pub fn nodes(&self) -> Arc<BTreeMap<String, Node>> {
-        self.nodes.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.nodes.read_locked().clone()
     }
 
     /// One node as of the last successful listing.
@@ -130,10 +128,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
     /// listing before it: read [`SlurmNodeCache::nodes`] for the current state.
     pub fn subscribe_changes(&self) -> mpsc::UnboundedReceiver<Arc<Vec<String>>> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tx);
+        self.subscribers.locked().push(tx);
         rx
     }
 
@@ -165,7 +160,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
     /// Installs the nodes of a listing and tells the subscribers which changed.
     fn replace_nodes(&self, by_name: BTreeMap<String, Node>) {
         let changed = {
-            let mut current = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+            let mut current = self.nodes.write_locked();
             let changed = changed_names(&current, &by_name);
             if configuration_changed(&current, &by_name) {
                 self.config_generation
@@ -179,14 +174,13 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
         }
         let changed = Arc::new(changed);
         self.subscribers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .retain(|tx| tx.send(changed.clone()).is_ok());
     }
 
     /// Installs a new listing unless it equals the current one; returns the current names.
     fn replace(&self, names: BTreeSet<String>) -> Arc<BTreeSet<String>> {
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.current.write_locked();
         if *current.names != names {
             current.generation += 1;
             current.names = Arc::new(names);

@@ -106,10 +106,6 @@ struct Ctx<S, C> {
     shown: Mutex<HashMap<String, Option<slurm_view::View>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// What the node controller runs on: the Kubernetes client, the Slurm client, the shared caches
 /// (already running; [`run_on`] waits until they are synced) and the streams of nodes to pass
 /// again: `node_changes` (nodes that changed or went) and `slice_changes` (nodes whose

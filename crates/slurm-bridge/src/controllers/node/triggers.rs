@@ -1,8 +1,9 @@
 //! What triggers a node pass: node changes that matter to it (heartbeats alone do not), and
 //! the Kubernetes nodes behind the Slurm nodes a listing reports as changed.
 
-use super::{lock, slurm_view};
+use super::slurm_view;
 use crate::k8s::slurm_node_name;
+use crate::sync::MutexExt;
 use crate::wellknown::{
     ANNOTATION_EXTERNAL_NODE_PARTITIONS, ANNOTATION_TOPOLOGY_SPEC, DEVICE_PLUGIN_GPUS,
     LABEL_EXTERNAL_NODE, LABEL_SLURM_NODENAME,
@@ -62,10 +63,10 @@ pub(super) fn filter_node_changes(
         let pass = match nodes.get(r) {
             Some(node) => {
                 let fp = fingerprint(&node);
-                lock(&seen).insert(r.name.clone(), fp) != Some(fp)
+                seen.locked().insert(r.name.clone(), fp) != Some(fp)
             }
             None => {
-                lock(&seen).remove(&r.name);
+                seen.locked().remove(&r.name);
                 false
             }
         };

@@ -14,6 +14,7 @@ use crate::controllers::metrics::ControllerMetrics;
 use crate::k8s::PodWriter;
 use crate::slurm::Slurm;
 use crate::slurm::{JobEvent, WatchedJob};
+use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::ir::pod_key;
 use crate::workload::kinds::{is_terminal, jobid_label, parse_job_id};
@@ -91,14 +92,11 @@ impl<S: Slurm> PodCtx<S> {
     fn node_loss(&self, node: &str) -> Option<Duration> {
         let grace = self.opts.lost_node_grace;
         let Some(n) = self.caches.nodes.get(&ObjectRef::<Node>::new(node)) else {
-            let mut gone = self.gone_since.lock().unwrap_or_else(|e| e.into_inner());
+            let mut gone = self.gone_since.locked();
             let since = *gone.entry(node.to_string()).or_insert_with(Instant::now);
             return Some(grace.saturating_sub(since.elapsed()));
         };
-        self.gone_since
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(node);
+        self.gone_since.locked().remove(node);
         let ready = n
             .status
             .as_ref()

@@ -8,6 +8,7 @@ use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;
 use crate::slurm::WatchedJob;
+use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::Translation;
 use crate::workload::ir::pod_key;
@@ -123,8 +124,7 @@ pub(super) async fn submit<S: Slurm>(
     ctx.rejections().clear(&tr.group_key);
     ctx.metrics.submitted(job_id);
     ctx.sent
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .locked()
         .insert(job_id, desc_hash(&as_update(desc.clone())));
     ctx.watcher.record(WatchedJob {
         job_id,

@@ -10,6 +10,7 @@ use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;
 use crate::slurm::WatchedJob;
+use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::job_desc::admin_comment;
 use crate::workload::{GangStatus, Translation};
@@ -42,12 +43,7 @@ pub(super) async fn pending<S: Slurm>(
         }
     };
     let hash = desc_hash(&desc);
-    let sent = ctx
-        .sent
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&job.job_id)
-        .copied();
+    let sent = ctx.sent.locked().get(&job.job_id).copied();
     if sent != Some(hash) {
         let fingerprint = ctx.fingerprint(hash);
         if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
@@ -56,10 +52,7 @@ pub(super) async fn pending<S: Slurm>(
         match ctx.slurm.update(job.job_id, &desc).await {
             Ok(()) => {
                 ctx.rejections().clear(&tr.group_key);
-                ctx.sent
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(job.job_id, hash);
+                ctx.sent.locked().insert(job.job_id, hash);
                 let mut updated = job.clone();
                 updated.comment = admin_comment(&tr.ir, &tr.group_key);
                 ctx.watcher.record(updated);

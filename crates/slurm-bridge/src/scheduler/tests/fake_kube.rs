@@ -7,6 +7,7 @@
 //! Binding's annotations, 409 when already bound), POST of Events (201), and records every
 //! request that is not a GET: [`FakeKube::writes`] describes them as table rows name them.
 
+use crate::sync::MutexExt;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -261,7 +262,7 @@ impl FakeKube {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State_> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// A client whose requests this fake answers, in process.

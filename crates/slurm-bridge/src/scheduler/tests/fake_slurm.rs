@@ -3,6 +3,7 @@
 
 use crate::slurm::JobControl;
 use crate::slurm::{SlurmJobs, SlurmNodes};
+use crate::sync::MutexExt;
 use crate::workload::admin_comment::AdminComment;
 use slurm_rest::models::{JobDescMsg, JobInfo, JobState, JobStateEntry, SlurmErrorEntry};
 use std::collections::BTreeMap;
@@ -124,7 +125,7 @@ impl Default for FakeSlurm {
 
 impl FakeSlurm {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     pub fn set_nodes(&self, names: &[String]) {

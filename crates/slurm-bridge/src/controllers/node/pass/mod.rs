@@ -5,11 +5,12 @@
 mod register;
 mod state;
 
-use super::{CONFLICT_RETRY, Ctx, NodeError, lock, slurm_err, slurm_view, taint};
+use super::{CONFLICT_RETRY, Ctx, NodeError, slurm_err, slurm_view, taint};
 use crate::controllers::node::slurm_view::ConditionChange;
 use crate::k8s::slurm_node_name;
 use crate::slurm::NodeControl;
 use crate::slurm::SlurmNodes;
+use crate::sync::MutexExt;
 use crate::wellknown::{LABEL_EXTERNAL_NODE, TAINT_MANAGED_NODE};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -115,7 +116,7 @@ pub(super) async fn view_step<S: NodeControl, C: SlurmNodes>(
 ) -> Result<(), NodeError> {
     let want = slurm_view::view(p.slurm.as_ref());
     let change = slurm_view::diff(slurm_view::current(p.node), want.clone());
-    let announced = lock(&ctx.shown).get(&p.name) == Some(&want);
+    let announced = ctx.shown.locked().get(&p.name) == Some(&want);
     match change {
         ConditionChange::Keep => {}
         ConditionChange::Set { view, transition } => {
@@ -151,14 +152,16 @@ pub(super) async fn view_step<S: NodeControl, C: SlurmNodes>(
             }
         }
     }
-    lock(&ctx.shown).insert(p.name.clone(), want);
+    ctx.shown.locked().insert(p.name.clone(), want);
     Ok(())
 }
 
 /// Publishes the pass's warnings not yet published for this node.
 pub(super) async fn publish_warnings<S: NodeControl, C: SlurmNodes>(ctx: &Ctx<S, C>, p: &Pass<'_>) {
     let now: BTreeSet<String> = p.warnings.iter().map(|(_, w)| w.clone()).collect();
-    let before = lock(&ctx.warned)
+    let before = ctx
+        .warned
+        .locked()
         .insert(p.name.clone(), now)
         .unwrap_or_default();
     for (reason, note) in &p.warnings {

@@ -1,0 +1,63 @@
+//! Synchronisation helpers every module shares: locks that shrug off poisoning, and the wait for
+//! a stop signal.
+//!
+//! A panic while a lock is held (a bug, caught by the task that
+//! panicked) must not take every later pass down with it: the data behind these locks are caches
+//! and counters that stay usable, so every lock in the crate is taken through these helpers.
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// [`Mutex::lock`], even if a panicking holder poisoned the lock.
+pub trait MutexExt<T> {
+    fn locked(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> MutexExt<T> for Mutex<T> {
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// [`RwLock::read`] and [`RwLock::write`], even if a panicking holder poisoned the lock.
+pub trait RwLockExt<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T> RwLockExt<T> for RwLock<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T> {
+        self.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
+        self.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Resolves once `rx` reads true, or its sender is gone: how a task waits for its stop signal
+/// (a `watch` channel every component and the process share).
+pub async fn until_true(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_lock_is_still_taken() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let r = std::sync::Arc::new(RwLock::new(1));
+        let (m2, r2) = (m.clone(), r.clone());
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock().unwrap();
+            let _w = r2.write().unwrap();
+            panic!("poison both");
+        })
+        .join();
+        assert!(m.is_poisoned() && r.is_poisoned());
+        *m.locked() += 1;
+        *r.write_locked() += 1;
+        assert_eq!((*m.locked(), *r.read_locked()), (2, 2));
+    }
+}
