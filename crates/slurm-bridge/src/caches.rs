@@ -106,16 +106,9 @@ impl CacheOptions {
 
 /// The shared caches; see the module doc.
 pub struct Caches<S> {
-    /// The Slurm client the caches read through (shared by the components for their writes).
-    pub slurm: Arc<S>,
-    pub jobs: Arc<JobWatcher<S>>,
-    pub slurm_nodes: Arc<SlurmNodeCache<S>>,
-    pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
-    /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
-    pub slices: Store<ResourceSlice>,
-    /// Bumped when what placement reads of a node changes (not on heartbeats).
-    pub node_generation: Arc<AtomicU64>,
+    /// What the components read: the Slurm client, the job watcher, the node listing, the
+    /// reflector stores.
+    pub handles: CacheHandles<S>,
     pod_changes: Fanout<Pod>,
     node_changes: Fanout<Node>,
     slice_changes: Fanout<ResourceSlice>,
@@ -127,13 +120,47 @@ pub struct Caches<S> {
 /// clone. Production takes them from [`Caches::handles`]; unit tests make them from stores they
 /// fill themselves.
 pub struct CacheHandles<S> {
+    /// The Slurm client the caches read through (shared by the components for their writes).
     pub slurm: Arc<S>,
     pub jobs: Arc<JobWatcher<S>>,
     pub slurm_nodes: Arc<SlurmNodeCache<S>>,
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
+    /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
     pub slices: Store<ResourceSlice>,
+    /// Bumped when what placement reads of a node changes (not on heartbeats).
     pub node_generation: Arc<AtomicU64>,
+}
+
+impl<S> Clone for CacheHandles<S> {
+    fn clone(&self) -> Self {
+        CacheHandles {
+            slurm: self.slurm.clone(),
+            jobs: self.jobs.clone(),
+            slurm_nodes: self.slurm_nodes.clone(),
+            nodes: self.nodes.clone(),
+            pods: self.pods.clone(),
+            slices: self.slices.clone(),
+            node_generation: self.node_generation.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl<S: SlurmJobs + SlurmNodes> CacheHandles<S> {
+    /// Handles on caches no task fills: unit tests fill `nodes` and `pods` through their
+    /// writers and refresh the Slurm node listing by hand; no ResourceSlices.
+    pub fn detached(slurm: Arc<S>, nodes: Store<Node>, pods: Store<Pod>) -> Self {
+        CacheHandles {
+            jobs: JobWatcher::new(slurm.clone(), Default::default()),
+            slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
+            slurm,
+            nodes,
+            pods,
+            slices: reflector::store().0,
+            node_generation: Default::default(),
+        }
+    }
 }
 
 /// The caches' background tasks; dropping this stops them.
@@ -169,21 +196,23 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
         let (pods, pod_writer) = reflector::store::<Pod>();
         let (slices, slice_writer) = reflector::store::<ResourceSlice>();
         let caches = Arc::new(Caches {
-            slurm,
-            jobs,
-            slurm_nodes,
-            nodes,
-            pods,
-            slices,
-            node_generation: Default::default(),
+            handles: CacheHandles {
+                slurm,
+                jobs,
+                slurm_nodes,
+                nodes,
+                pods,
+                slices,
+                node_generation: Default::default(),
+            },
             pod_changes: Fanout::default(),
             node_changes: Fanout::default(),
             slice_changes: Fanout::default(),
             synced: tokio::sync::watch::channel(false).0,
         });
         let mut tasks = JoinSet::new();
-        tasks.spawn(caches.jobs.clone().run());
-        tasks.spawn(caches.slurm_nodes.clone().run());
+        tasks.spawn(caches.handles.jobs.clone().run());
+        tasks.spawn(caches.handles.slurm_nodes.clone().run());
         tasks.spawn(reflect_nodes(client.clone(), node_writer, caches.clone()));
         tasks.spawn(reflect_slices(client.clone(), slice_writer, caches.clone()));
         tasks.spawn(reflect_pods(
@@ -195,11 +224,11 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
         // One waiter only: a store's readiness wakes a single waiting task.
         let waiter = caches.clone();
         tasks.spawn(async move {
-            waiter.jobs.wait_synced().await;
-            waiter.slurm_nodes.wait_synced().await;
-            let _ = waiter.nodes.wait_until_ready().await;
-            let _ = waiter.pods.wait_until_ready().await;
-            let _ = waiter.slices.wait_until_ready().await;
+            waiter.handles.jobs.wait_synced().await;
+            waiter.handles.slurm_nodes.wait_synced().await;
+            let _ = waiter.handles.nodes.wait_until_ready().await;
+            let _ = waiter.handles.pods.wait_until_ready().await;
+            let _ = waiter.handles.slices.wait_until_ready().await;
             waiter.synced.send_replace(true);
         });
         (caches, CacheTasks(tasks))
@@ -207,15 +236,7 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
 
     /// Handles on the caches, for a component's context.
     pub fn handles(&self) -> CacheHandles<S> {
-        CacheHandles {
-            slurm: self.slurm.clone(),
-            jobs: self.jobs.clone(),
-            slurm_nodes: self.slurm_nodes.clone(),
-            nodes: self.nodes.clone(),
-            pods: self.pods.clone(),
-            slices: self.slices.clone(),
-            node_generation: self.node_generation.clone(),
-        }
+        self.handles.clone()
     }
 
     /// Waits until every cache has its first full picture: decisions need it (a restarted
@@ -271,7 +292,10 @@ async fn reflect_nodes<S>(
                 }
             };
             if changed {
-                caches.node_generation.fetch_add(1, Ordering::Relaxed);
+                caches
+                    .handles
+                    .node_generation
+                    .fetch_add(1, Ordering::Relaxed);
             }
             if let Ok(event) = &event {
                 caches.node_changes.send_event(event);

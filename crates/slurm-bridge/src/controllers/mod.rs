@@ -156,11 +156,11 @@ pub fn run_with<S: Slurm + NodeControl>(
                 let node_changes = node_refs(caches.node_changes());
                 let inputs = node::NodeInputs {
                     client: client.clone(),
-                    slurm: caches.slurm.clone(),
-                    slurm_nodes: caches.slurm_nodes.clone(),
-                    nodes: caches.nodes.clone(),
+                    slurm: caches.handles.slurm.clone(),
+                    slurm_nodes: caches.handles.slurm_nodes.clone(),
+                    nodes: caches.handles.nodes.clone(),
                     node_changes,
-                    slices: caches.slices.clone(),
+                    slices: caches.handles.slices.clone(),
                     slice_changes: slice_node_refs(caches.slice_changes()),
                 };
                 let nodes = node::run_on(

@@ -116,32 +116,23 @@ impl<S: Slurm> Ctx<S> {
         caches: CacheHandles<S>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let CacheHandles {
-            slurm,
-            jobs,
-            slurm_nodes,
-            nodes,
-            pods,
-            slices,
-            node_generation,
-        } = caches;
         Ctx {
             reader: KubeReader::new(client.clone()),
             writer: PodWriter::new(client.clone(), &config.scheduler_name),
             config,
             client,
-            slurm,
-            watcher: jobs,
-            slurm_nodes,
-            nodes,
-            pods,
-            slices,
+            slurm: caches.slurm,
+            watcher: caches.jobs,
+            slurm_nodes: caches.slurm_nodes,
+            nodes: caches.nodes,
+            pods: caches.pods,
+            slices: caches.slices,
+            node_generation: caches.node_generation,
             locks: Default::default(),
             metrics,
             sent: Default::default(),
             failures: pod_backoffs(),
             leader: AtomicBool::new(false),
-            node_generation,
             placements: Default::default(),
             rejections: Default::default(),
         }
@@ -374,15 +365,7 @@ mod tests {
         let ctx = Ctx::new(
             Config::default(),
             client,
-            CacheHandles {
-                slurm: slurm.clone(),
-                jobs: JobWatcher::new(slurm.clone(), Default::default()),
-                slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
-                nodes: node_store,
-                pods: pod_store,
-                slices: reflector::store().0,
-                node_generation: Default::default(),
-            },
+            CacheHandles::detached(slurm.clone(), node_store, pod_store),
             Metrics::new(&mut Default::default()),
         );
         ctx.leader.store(true, Ordering::Relaxed);

@@ -139,7 +139,7 @@ pub async fn run_with<S: Slurm>(
     ready_tx: tokio_watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
-    let metrics = Metrics::counting(registry, caches.slurm.metrics.calls.clone());
+    let metrics = Metrics::counting(registry, caches.handles.slurm.metrics.calls.clone());
     let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx::new(
         opts.config.clone(),
@@ -158,12 +158,12 @@ pub async fn run_with<S: Slurm>(
     ));
     followers.spawn(follow_slurm_nodes(
         ctx.clone(),
-        caches.slurm_nodes.subscribe_changes(),
+        caches.handles.slurm_nodes.subscribe_changes(),
         triggers.clone(),
     ));
     followers.spawn(forward_job_events(
         ctx.clone(),
-        caches.jobs.subscribe(),
+        caches.handles.jobs.subscribe(),
         metrics.clone(),
         triggers.clone(),
     ));

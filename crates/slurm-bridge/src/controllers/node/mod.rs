@@ -161,22 +161,13 @@ pub async fn run_on<S, C, N, L>(
     N: Stream<Item = ObjectRef<Node>> + Send + 'static,
     L: Stream<Item = ObjectRef<Node>> + Send + 'static,
 {
-    let NodeInputs {
-        client,
-        slurm,
-        slurm_nodes,
-        nodes,
-        node_changes,
-        slices,
-        slice_changes,
-    } = inputs;
     let mut stop = Box::pin(stop);
     // Subscribed before the first pass, so no listing change falls in between.
-    let slurm_changes = slurm_nodes.subscribe_changes();
+    let slurm_changes = inputs.slurm_nodes.subscribe_changes();
     let synced = async {
-        slurm_nodes.wait_synced().await;
-        let _ = nodes.wait_until_ready().await;
-        let _ = slices.wait_until_ready().await;
+        inputs.slurm_nodes.wait_synced().await;
+        let _ = inputs.nodes.wait_until_ready().await;
+        let _ = inputs.slices.wait_until_ready().await;
     };
     tokio::select! {
         _ = synced => {}
@@ -185,18 +176,18 @@ pub async fn run_on<S, C, N, L>(
     tracing::info!(workers = opts.workers, resync = ?opts.resync, "node controller started");
     let ctx = Arc::new(Ctx {
         opts: opts.clone(),
-        slurm,
-        slurm_nodes,
-        slices,
-        writer: NodeWriter::new(client),
+        slurm: inputs.slurm,
+        slurm_nodes: inputs.slurm_nodes,
+        slices: inputs.slices,
+        writer: NodeWriter::new(inputs.client),
         metrics,
         failures: crate::backoff::Backoffs::new(Duration::from_secs(1), MAX_BACKOFF),
         warned: Default::default(),
         shown: Default::default(),
     });
 
-    let node_triggers = filter_node_changes(node_changes, nodes.clone());
-    let slurm_triggers = slurm_triggers(slurm_changes, nodes.clone());
+    let node_triggers = filter_node_changes(inputs.node_changes, inputs.nodes.clone());
+    let slurm_triggers = slurm_triggers(slurm_changes, inputs.nodes.clone());
     let resync = opts.resync.max(Duration::from_secs(1));
     let resyncs =
         futures::stream::once(async {}).chain(futures::stream::unfold((), move |_| async move {
@@ -210,13 +201,13 @@ pub async fn run_on<S, C, N, L>(
     };
     let controller = Controller::for_stream(
         futures::stream::empty::<Result<Node, watcher::Error>>(),
-        nodes,
+        inputs.nodes,
     )
     .with_config(ControllerConfig::default().concurrency(opts.workers.max(1)))
     .reconcile_all_on(resyncs)
     .reconcile_on(futures::stream::select(
         futures::stream::select(node_triggers, slurm_triggers),
-        slice_changes,
+        inputs.slice_changes,
     ))
     .graceful_shutdown_on(graceful)
     .run(reconcile, error_policy, ctx)

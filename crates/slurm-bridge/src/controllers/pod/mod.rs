@@ -91,7 +91,7 @@ impl<S: Slurm> PodCtx<S> {
     /// `Some(ZERO)` once lost.
     fn node_loss(&self, node: &str) -> Option<Duration> {
         let grace = self.opts.lost_node_grace;
-        let Some(n) = self.caches.nodes.get(&ObjectRef::<Node>::new(node)) else {
+        let Some(n) = self.caches.handles.nodes.get(&ObjectRef::<Node>::new(node)) else {
             let mut gone = self.gone_since.locked();
             let since = *gone.entry(node.to_string()).or_insert_with(Instant::now);
             return Some(grace.saturating_sub(since.elapsed()));
@@ -155,6 +155,7 @@ impl<S: Slurm> PodCtx<S> {
     /// The cached pods carrying job id label `value`.
     fn pods_of_job(&self, value: &str) -> Vec<Arc<Pod>> {
         self.caches
+            .handles
             .pods
             .state()
             .into_iter()
@@ -179,10 +180,10 @@ async fn job_of<S: Slurm>(
     let Some(id) = jobid_label(pod).and_then(parse_job_id) else {
         return Ok(None);
     };
-    let cached = ctx.caches.jobs.index().get(id);
+    let cached = ctx.caches.handles.jobs.index().get(id);
     let job = match cached {
         Some(j) => Some(j),
-        None => ctx.caches.jobs.refresh(id).await?,
+        None => ctx.caches.handles.jobs.refresh(id).await?,
     };
     Ok(Some(job.ok_or(id)))
 }
@@ -212,7 +213,14 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         && let Some(Ok(j)) = &job
         && !j.is_running()
     {
-        job = Some(ctx.caches.jobs.refresh(j.job_id).await?.ok_or(j.job_id));
+        job = Some(
+            ctx.caches
+                .handles
+                .jobs
+                .refresh(j.job_id)
+                .await?
+                .ok_or(j.job_id),
+        );
     }
     let view = match &job {
         None => JobView::NoLabel,
@@ -283,6 +291,7 @@ fn pods_of_event<S: Slurm>(ctx: &PodCtx<S>, event: &JobEvent) -> Vec<ObjectRef<P
 /// The bound pods on `node`.
 fn pods_on<S: Slurm>(ctx: &PodCtx<S>, node: &str) -> Vec<ObjectRef<Pod>> {
     ctx.caches
+        .handles
         .pods
         .state()
         .iter()
@@ -306,7 +315,7 @@ pub async fn run<S: Slurm>(
 ) {
     let (tx, rx) = mpsc::unbounded::<ObjectRef<Pod>>();
     let mut pod_changes = ctx.caches.pod_changes();
-    let mut job_events = ctx.caches.jobs.subscribe();
+    let mut job_events = ctx.caches.handles.jobs.subscribe();
     let mut node_changes = ctx.caches.node_changes();
     let feeder = {
         let ctx = ctx.clone();
@@ -345,7 +354,7 @@ pub async fn run<S: Slurm>(
     });
     let controller = Controller::for_stream(
         futures::stream::empty::<Result<Pod, watcher::Error>>(),
-        ctx.caches.pods.clone(),
+        ctx.caches.handles.pods.clone(),
     )
     .with_config(ControllerConfig::default().concurrency(ctx.opts.workers))
     .reconcile_all_on(futures::stream::once(async {}).chain(ticks))

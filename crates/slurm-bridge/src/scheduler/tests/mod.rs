@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::scheduler::context::Ctx;
 use crate::scheduler::metrics::Metrics;
 use crate::scheduler::reconcile::{error_policy, reconcile};
-use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache, WatchedJob};
+use crate::slurm::{JobEvent, WatchedJob};
 use crate::wellknown::{FINALIZER, LABEL_COSCHEDULING_POD_GROUP, LABEL_SLURM_JOBID};
 use crate::workload::admin_comment::AdminComment;
 use fake_kube::{FakeKube, object_path};
@@ -458,15 +458,7 @@ impl Harness {
         let ctx = Arc::new(Ctx::new(
             config,
             client,
-            CacheHandles {
-                slurm: slurm.clone(),
-                jobs: JobWatcher::new(slurm.clone(), Default::default()),
-                slurm_nodes: SlurmNodeCache::new(slurm.clone(), Duration::from_secs(10)),
-                nodes: node_store,
-                pods: pod_store,
-                slices: kube::runtime::reflector::store().0,
-                node_generation: Default::default(),
-            },
+            CacheHandles::detached(slurm.clone(), node_store, pod_store),
             Metrics::new(&mut Default::default()),
         ));
         ctx.leader.store(world.leader, Ordering::Relaxed);
