@@ -47,7 +47,7 @@ pub enum ClaimError {
     },
     #[error("Slurm job {job_id} reports no resources on node {node}")]
     NoLayout { job_id: u32, node: String },
-    #[error("{what}: {}", crate::kube_error::Brief(source))]
+    #[error("{what}: {}", crate::k8s::api_error::Brief(source))]
     Kube { what: String, source: kube::Error },
 }
 

@@ -1,7 +1,10 @@
-//! Kubernetes pieces every component shares: the pod writer, node naming, write counts.
+//! Kubernetes pieces every component shares: the pod writer, Events, the short text of API
+//! errors, node naming, write counts.
 //!
 //! Nothing here knows the scheduler or the controllers; both build on it.
 
+pub mod api_error;
+pub mod events;
 pub mod node;
 pub mod pod_writer;
 pub mod writes;

@@ -366,17 +366,17 @@ impl PodWriter {
         note: String,
     ) {
         writes.inc(write_kind::EVENT);
-        let reporter = crate::events::Reporter {
+        let reporter = crate::k8s::events::Reporter {
             controller: self.scheduler_name.clone(),
             instance: self.instance.clone(),
         };
-        let note = crate::events::Note {
+        let note = crate::k8s::events::Note {
             warning,
             action,
             reason,
             note,
         };
-        crate::events::publish(&self.client, &reporter, pod, note).await;
+        crate::k8s::events::publish(&self.client, &reporter, pod, note).await;
     }
 
     /// The bridge toleration this writer adds.

@@ -24,14 +24,17 @@ const ATTEMPTS: u32 = 4;
 /// Why the PodGroup could not be marked.
 #[derive(Debug, thiserror::Error)]
 pub enum MarkError {
-    #[error("reading PodGroup {podgroup}: {}", crate::kube_error::Brief(source))]
+    #[error(
+        "reading PodGroup {podgroup}: {}",
+        crate::k8s::api_error::Brief(source)
+    )]
     Read {
         podgroup: String,
         source: kube::Error,
     },
     #[error(
         "applying PodGroupScheduled to PodGroup {podgroup}: {}",
-        crate::kube_error::Brief(source)
+        crate::k8s::api_error::Brief(source)
     )]
     Apply {
         podgroup: String,

@@ -91,16 +91,16 @@ impl NodeWriter {
 
     /// Records an `events.k8s.io/v1` Event about the node; failures are logged, never fatal.
     pub async fn event(&self, node: &Node, warning: bool, reason: &str, action: &str, note: &str) {
-        let reporter = crate::events::Reporter {
+        let reporter = crate::k8s::events::Reporter {
             controller: MANAGER.to_string(),
             instance: self.instance.clone(),
         };
-        let what = crate::events::Note {
+        let what = crate::k8s::events::Note {
             warning,
             action,
             reason,
             note: note.to_string(),
         };
-        crate::events::publish(&self.client, &reporter, node, what).await;
+        crate::k8s::events::publish(&self.client, &reporter, node, what).await;
     }
 }

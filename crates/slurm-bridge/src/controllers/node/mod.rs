@@ -74,7 +74,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Why a pass failed; the node is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("Kubernetes API: {}", crate::kube_error::Brief(.0))]
+    #[error("Kubernetes API: {}", crate::k8s::api_error::Brief(.0))]
     Kube(#[from] kube::Error),
     #[error("Slurm: {action}: {source}")]
     Slurm {

@@ -208,7 +208,7 @@ async fn bind_one<S: Slurm>(
             let message = format!(
                 "binding to node {node} (Slurm job {}) failed: {}",
                 job.job_id,
-                crate::kube_error::Brief(&e)
+                crate::k8s::api_error::Brief(&e)
             );
             report(ctx, p, reason::BINDING_FAILED, &message).await;
             Err(e.into())

@@ -42,7 +42,7 @@ use waiting::{not_ready, pending, shrunk_while_pending, suspended};
 /// Why a pass failed; the pod is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("Kubernetes API: {}", crate::kube_error::Brief(.0))]
+    #[error("Kubernetes API: {}", crate::k8s::api_error::Brief(.0))]
     Kube(#[from] kube::Error),
     #[error("Slurm: {0}")]
     Slurm(#[from] slurm_rest::Error),

@@ -136,7 +136,7 @@ pub(super) async fn shrunk_while_pending<S: Slurm>(
             let message = format!(
                 "removing the label of cancelled Slurm job {} failed: {}",
                 job.job_id,
-                crate::kube_error::Brief(&e)
+                crate::k8s::api_error::Brief(&e)
             );
             report(ctx, p, reason::SCHEDULER_ERROR, &message).await;
             return Err(e.into());
