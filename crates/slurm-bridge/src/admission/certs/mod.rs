@@ -17,29 +17,31 @@
 //!    for every name, or within the renewal margin of its expiry. After a CA rotation it waits
 //!    for the bundle to reach the API server first, unless the current one has expired.
 
+mod bundle;
+mod ca;
+mod der;
+mod files;
+
 use super::tls;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
-use kube::api::{Api, PostParams};
+use bundle::sync_ca_bundle;
+use ca::{Ca, ca_params, serving_valid};
+pub use der::not_after;
+use files::{read_opt, write_atomic};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
-use rustls::client::danger::ServerCertVerifier;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use rustls::pki_types::ServerName;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 /// CA bundle file.
 pub const CA_CERT_FILE: &str = "ca.crt";
+
 /// CA key file.
 pub const CA_KEY_FILE: &str = "ca.key";
+
 const CA_COMMON_NAME: &str = "slurm-bridge-admission-ca";
 
 /// A self-managed certificate problem.
@@ -120,210 +122,6 @@ impl SelfManaged {
             check_interval: Duration::from_secs(60),
         }
     }
-}
-
-/// What a pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassOutcome {
-    /// A new CA was made.
-    pub ca_rotated: bool,
-    /// A new serving certificate was written.
-    pub serving_rotated: bool,
-    /// Webhook configurations updated.
-    pub configurations_updated: usize,
-}
-
-// ---- DER: the validity of a certificate ------------------------------------------------
-
-/// One DER element: (tag, contents, rest).
-fn tlv(buf: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = buf.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (first as usize, rest)
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0usize, |a, &b| (a << 8) | b as usize);
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
-fn der_time(tag: u8, s: &[u8]) -> Option<SystemTime> {
-    let s = std::str::from_utf8(s).ok()?.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        0x17 if s.len() == 12 => {
-            let yy: i64 = s[..2].parse().ok()?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &s[2..])
-        }
-        0x18 if s.len() == 14 => (s[..4].parse().ok()?, &s[4..]),
-        _ => return None,
-    };
-    let n = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
-    let days = days_from_civil(year, n(0)?, n(2)?);
-    let secs = days * 86400 + n(4)? * 3600 + n(6)? * 60 + n(8)?;
-    u64::try_from(secs)
-        .ok()
-        .map(|s| UNIX_EPOCH + Duration::from_secs(s))
-}
-
-/// The `notAfter` of a DER certificate.
-pub fn not_after(der: &[u8]) -> Option<SystemTime> {
-    let (_, cert, _) = tlv(der)?;
-    let (_, tbs, _) = tlv(cert)?;
-    let mut rest = tbs;
-    let (tag, _, r) = tlv(rest)?;
-    if tag == 0xa0 {
-        rest = r; // version
-    }
-    let (_, _, r) = tlv(rest)?; // serial
-    let (_, _, r) = tlv(r)?; // signature algorithm
-    let (_, _, r) = tlv(r)?; // issuer
-    let (_, validity, _) = tlv(r)?;
-    let (_, _, r) = tlv(validity)?; // notBefore
-    let (tag, t, _) = tlv(r)?;
-    der_time(tag, t)
-}
-
-// ---- files ----------------------------------------------------------------------------
-
-fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), CertError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |action| {
-        move |source| CertError::Io {
-            action,
-            path: path.display().to_string(),
-            source,
-        }
-    };
-    let name = path
-        .file_name()
-        .map_or_else(Default::default, |n| n.to_string_lossy());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io("writing"))?;
-    f.write_all(data).map_err(io("writing"))?;
-    f.sync_all().map_err(io("writing"))?;
-    std::fs::rename(&tmp, path).map_err(io("renaming into"))
-}
-
-fn read_opt(path: &Path) -> Option<Vec<u8>> {
-    std::fs::read(path).ok()
-}
-
-fn ca_params(
-    not_before: SystemTime,
-    not_after: SystemTime,
-) -> Result<CertificateParams, CertError> {
-    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(gen_err("CA"))?;
-    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, CA_COMMON_NAME);
-    p.distinguished_name = dn;
-    p.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    p.not_before = not_before.into();
-    p.not_after = not_after.into();
-    Ok(p)
-}
-
-fn pem_of(der: &CertificateDer<'_>) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(chunk));
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
-}
-
-/// The CA in the cert dir: its key, and the bundle (signing CA first).
-struct Ca {
-    key: KeyPair,
-    bundle: Vec<CertificateDer<'static>>,
-}
-
-impl Ca {
-    fn load(dir: &Path) -> Option<Ca> {
-        let bundle: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(&read_opt(&dir.join(CA_CERT_FILE))?)
-                .filter_map(Result::ok)
-                .collect();
-        let key_pem = String::from_utf8(read_opt(&dir.join(CA_KEY_FILE))?).ok()?;
-        let key = KeyPair::from_pem(&key_pem).ok()?;
-        (!bundle.is_empty()).then_some(Ca { key, bundle })
-    }
-
-    fn signing_not_after(&self) -> Option<SystemTime> {
-        self.bundle.first().and_then(|c| not_after(c))
-    }
-
-    fn bundle_pem(&self) -> String {
-        self.bundle.iter().map(pem_of).collect()
-    }
-}
-
-/// Whether `leaf` is signed by `ca` and valid for every name at `at`.
-fn serving_valid(
-    leaf: &CertificateDer<'static>,
-    ca: &CertificateDer<'static>,
-    names: &[String],
-    at: SystemTime,
-) -> bool {
-    let mut roots = rustls::RootCertStore::empty();
-    if roots.add(ca.clone()).is_err() {
-        return false;
-    }
-    let Ok(verifier) = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots),
-        tls::provider(),
-    )
-    .build() else {
-        return false;
-    };
-    let Ok(since_epoch) = at.duration_since(UNIX_EPOCH) else {
-        return false;
-    };
-    names.iter().all(|n| {
-        let Ok(name) = ServerName::try_from(n.as_str()) else {
-            return false;
-        };
-        verifier
-            .verify_server_cert(
-                leaf,
-                &[],
-                &name,
-                &[],
-                UnixTime::since_unix_epoch(since_epoch),
-            )
-            .is_ok()
-    })
 }
 
 impl SelfManaged {
@@ -557,85 +355,13 @@ impl SelfManaged {
     }
 }
 
-fn api_err(name: &str) -> impl Fn(kube::Error) -> CertError + '_ {
-    move |e| CertError::Api {
-        name: name.into(),
-        message: e.to_string(),
-    }
-}
-
-/// Writes `bundle` into the webhooks `configs` gives of the configuration `name`, where it
-/// differs: `None` when the configuration does not exist, else whether it was updated.
-async fn sync_one<K>(
-    api: Api<K>,
-    name: &str,
-    bundle: &[u8],
-    configs: impl for<'a> Fn(&'a mut K) -> Vec<&'a mut WebhookClientConfig>,
-) -> Result<Option<bool>, CertError>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
-{
-    let Some(mut obj) = api.get_opt(name).await.map_err(api_err(name))? else {
-        return Ok(None);
-    };
-    let mut changed = false;
-    for c in configs(&mut obj) {
-        if c.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle) {
-            c.ca_bundle = Some(ByteString(bundle.to_vec()));
-            changed = true;
-        }
-    }
-    if changed {
-        api.replace(name, &PostParams::default(), &obj)
-            .await
-            .map_err(api_err(name))?;
-    }
-    Ok(Some(changed))
-}
-
-/// Writes `bundle` into every webhook of the Mutating- and/or ValidatingWebhookConfiguration
-/// `name` where it differs. Returns how many configurations were updated.
-pub async fn sync_ca_bundle(
-    client: &kube::Client,
-    name: &str,
-    bundle: &[u8],
-) -> Result<usize, CertError> {
-    let mutating = sync_one(
-        Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        name,
-        bundle,
-        |m| {
-            m.webhooks
-                .iter_mut()
-                .flatten()
-                .map(|w| &mut w.client_config)
-                .collect()
-        },
-    )
-    .await?;
-    let validating = sync_one(
-        Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        name,
-        bundle,
-        |v| {
-            v.webhooks
-                .iter_mut()
-                .flatten()
-                .map(|w| &mut w.client_config)
-                .collect()
-        },
-    )
-    .await?;
-    let found = mutating.is_some() || validating.is_some();
-    let updated = [mutating, validating]
-        .into_iter()
-        .filter(|c| *c == Some(true))
-        .count();
-    if !found {
-        return Err(CertError::NotFound(name.into()));
-    }
-    if updated > 0 {
-        tracing::info!(configuration = name, "caBundle updated");
-    }
-    Ok(updated)
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// A new CA was made.
+    pub ca_rotated: bool,
+    /// A new serving certificate was written.
+    pub serving_rotated: bool,
+    /// Webhook configurations updated.
+    pub configurations_updated: usize,
 }
