@@ -1,0 +1,216 @@
+//! Unit tests of [`super`].
+
+use super::*;
+use crate::workload::admin_comment::AdminComment;
+use slurm_rest::models::{JobState, JobStateEntry};
+
+/// An in-memory job table standing in for slurmctld in these unit tests (the end-to-end
+/// tests use real Slurm).
+#[derive(Default)]
+struct Table {
+    jobs: Mutex<Vec<JobInfo>>,
+    fetches: Mutex<Vec<u32>>,
+}
+
+impl SlurmJobs for Table {
+    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+        Ok(self.jobs.lock().unwrap().clone())
+    }
+    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        let jobs = self.jobs.lock().unwrap();
+        Ok(jobs
+            .iter()
+            .map(|j| {
+                let mut e: JobStateEntry = serde_json::from_value(serde_json::json!({
+                    "job_id": j.job_id.to_string(),
+                    "state": j.job_state,
+                }))
+                .unwrap();
+                e.job_id = j.job_id;
+                e
+            })
+            .collect())
+    }
+    async fn job(&self, id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
+        self.fetches.lock().unwrap().push(id);
+        Ok(self
+            .jobs
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|j| j.job_id == id)
+            .cloned())
+    }
+}
+
+fn info(id: u32, state: JobState, comment: &str, nodes: &str) -> JobInfo {
+    JobInfo {
+        job_id: id,
+        job_state: vec![state],
+        admin_comment: Some(comment.into()),
+        nodes: Some(nodes.into()),
+        ..Default::default()
+    }
+}
+
+fn bridge_comment(group: &str, pod: &str) -> String {
+    AdminComment {
+        pods: vec![pod.into()],
+        group: Some(group.into()),
+        uids: vec![],
+    }
+    .encode()
+}
+
+#[tokio::test]
+async fn fetches_only_changed_jobs_and_emits_events() {
+    let table = Arc::new(Table::default());
+    table.jobs.lock().unwrap().extend([
+        info(1, JobState::Pending, &bridge_comment("g1", "ns/a"), ""),
+        info(2, JobState::Running, "not json", "node-9"),
+    ]);
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    let mut events = w.subscribe();
+    assert_eq!(w.initial_sync().await.unwrap(), 1);
+    assert!(w.is_synced());
+
+    // Nothing changed: no fetch at all (the foreign job is not fetched either).
+    w.poll_once().await.unwrap();
+    assert!(table.fetches.lock().unwrap().is_empty());
+
+    // Job 1 is allocated: one fetch, one Changed event with the nodes.
+    table.jobs.lock().unwrap()[0] = info(
+        1,
+        JobState::Running,
+        &bridge_comment("g1", "ns/a"),
+        "node-1",
+    );
+    w.poll_once().await.unwrap();
+    assert_eq!(*table.fetches.lock().unwrap(), [1]);
+    match events.try_recv().unwrap() {
+        JobEvent::Changed(j) => assert_eq!(j.allocated_nodes(), Some("node-1")),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(w.index().active_for_group("g1")[0].job_id, 1);
+
+    // Job 1 purged from Slurm: Gone.
+    table.jobs.lock().unwrap().remove(0);
+    w.poll_once().await.unwrap();
+    assert!(matches!(events.try_recv().unwrap(), JobEvent::Gone(j) if j.job_id == 1));
+    assert!(w.index().active_for_group("g1").is_empty());
+}
+
+#[tokio::test]
+async fn a_recorded_job_survives_a_poll_that_does_not_list_it_yet() {
+    let table = Arc::new(Table::default());
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    w.initial_sync().await.unwrap();
+    // Simulate: a poll's listing was taken before the submit, then the submit recorded job 5.
+    let gen_before = w.generation.load(Ordering::SeqCst);
+    w.record(
+        WatchedJob::from_info(&info(
+            5,
+            JobState::Pending,
+            &bridge_comment("g", "ns/p"),
+            "",
+        ))
+        .unwrap(),
+    );
+    assert_eq!(w.recorded.lock().unwrap()[&5], gen_before);
+    // The next poll started after the record: it may treat job 5 as gone only when a poll
+    // started after the record does not list it. Job 5 is not listed by the table here, so
+    // a poll started after recording removes it...
+    w.poll_once().await.unwrap();
+    assert!(w.index().get(5).is_none());
+    // ...but one recorded during a poll that has not listed it would be kept:
+    w.record(
+        WatchedJob::from_info(&info(
+            6,
+            JobState::Pending,
+            &bridge_comment("g", "ns/q"),
+            "",
+        ))
+        .unwrap(),
+    );
+    w.recorded.lock().unwrap().insert(6, u64::MAX);
+    w.poll_once().await.unwrap();
+    assert!(w.index().get(6).is_some());
+}
+
+#[tokio::test]
+async fn pending_reasons_are_refreshed_in_bounded_batches() {
+    let table = Arc::new(Table::default());
+    for id in 1..=3 {
+        let mut j = info(
+            id,
+            JobState::Pending,
+            &bridge_comment(&format!("g{id}"), "ns/x"),
+            "",
+        );
+        j.state_reason = Some("None".into());
+        table.jobs.lock().unwrap().push(j);
+    }
+    let cfg = JobWatcherConfig {
+        reason_interval: Duration::ZERO,
+        reason_batch: 2,
+        reason_tick: Duration::ZERO,
+        ..Default::default()
+    };
+    let w = JobWatcher::new(table.clone(), cfg);
+    let mut events = w.subscribe();
+    w.initial_sync().await.unwrap();
+    table.jobs.lock().unwrap()[2].state_reason = Some("Resources".into());
+    w.poll_once().await.unwrap();
+    assert_eq!(
+        table.fetches.lock().unwrap().len(),
+        2,
+        "at most reason_batch fetches"
+    );
+    w.poll_once().await.unwrap();
+    // Every job was looked at within two polls; only job 3's reason changed.
+    let fetched: HashSet<u32> = table.fetches.lock().unwrap().iter().copied().collect();
+    assert_eq!(fetched, HashSet::from([1, 2, 3]));
+    match events.try_recv().unwrap() {
+        JobEvent::Changed(j) => {
+            assert_eq!(j.job_id, 3);
+            assert_eq!(j.state_reason.as_deref(), Some("Resources"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(events.try_recv().is_err(), "unchanged jobs emit nothing");
+}
+
+#[tokio::test]
+async fn a_job_that_stops_being_the_bridges_is_gone_not_kept() {
+    let table = Arc::new(Table::default());
+    table.jobs.lock().unwrap().push(info(
+        8,
+        JobState::Pending,
+        &bridge_comment("g8", "ns/h"),
+        "",
+    ));
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    let mut events = w.subscribe();
+    w.initial_sync().await.unwrap();
+    // Someone rewrites the admin_comment and the state changes: the poll fetches it.
+    table.jobs.lock().unwrap()[0] = info(8, JobState::Running, "by hand", "node-1");
+    w.poll_once().await.unwrap();
+    assert!(matches!(events.try_recv().unwrap(), JobEvent::Gone(j) if j.job_id == 8));
+    assert!(w.index().get(8).is_none());
+    assert!(w.index().is_foreign(8));
+}
+
+#[tokio::test]
+async fn new_bridge_jobs_found_by_polling_are_indexed() {
+    let table = Arc::new(Table::default());
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    w.initial_sync().await.unwrap();
+    table.jobs.lock().unwrap().push(info(
+        3,
+        JobState::Pending,
+        &bridge_comment("g3", "ns/c"),
+        "",
+    ));
+    w.poll_once().await.unwrap();
+    assert_eq!(w.index().active_for_pod("ns/c")[0].job_id, 3);
+}
