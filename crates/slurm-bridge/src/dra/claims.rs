@@ -13,8 +13,8 @@
 //! uid when the cache is behind) is not given a second one.
 
 use crate::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInventory};
+use crate::k8s::pod_key;
 use crate::slurm::SlurmJobs;
-use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass,

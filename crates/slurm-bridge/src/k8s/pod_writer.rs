@@ -4,11 +4,11 @@
 //! counted in [`KubeWrites`] by its [`write_kind`].
 
 use super::writes::{KubeWrites, write_kind};
+use crate::k8s::pod_key;
 use crate::sync::MutexExt;
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
 };
-use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};

@@ -111,11 +111,5 @@ impl SlurmJobIr {
     }
 }
 
-/// `ns/name` of a pod.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
+/// `ns/name` of a pod (defined with the other Kubernetes helpers, [`crate::k8s::pod_key`]).
+pub use crate::k8s::pod_key;
