@@ -122,9 +122,13 @@ pub struct Caches<S> {
 pub struct CacheHandles<S> {
     /// The Slurm client the caches read through (shared by the components for their writes).
     pub slurm: Arc<S>,
+    /// The one Slurm job watcher.
     pub jobs: Arc<JobWatcher<S>>,
+    /// The Slurm node listing.
     pub slurm_nodes: Arc<SlurmNodeCache<S>>,
+    /// Every Kubernetes node.
     pub nodes: Store<Node>,
+    /// The pods naming the bridge's scheduler.
     pub pods: Store<Pod>,
     /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
     pub slices: Store<ResourceSlice>,

@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// [`Mutex::lock`], even if a panicking holder poisoned the lock.
 pub trait MutexExt<T> {
+    /// The guard, poisoned or not.
     fn locked(&self) -> MutexGuard<'_, T>;
 }
 
@@ -20,7 +21,9 @@ impl<T> MutexExt<T> for Mutex<T> {
 
 /// [`RwLock::read`] and [`RwLock::write`], even if a panicking holder poisoned the lock.
 pub trait RwLockExt<T> {
+    /// A read guard, poisoned or not.
     fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    /// The write guard, poisoned or not.
     fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
 }
 

@@ -1,6 +1,6 @@
 //! What a pod asks of DRA extended resources (`deviceclass.resource.kubernetes.io/<class>`).
 
-use super::*;
+use super::DraError;
 use crate::resources::quantity::Quantity;
 use crate::wellknown::{DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX};
 use k8s_openapi::api::core::v1::Pod;

@@ -1,6 +1,6 @@
 //! The ResourceClaim requests and allocation results naming exactly the devices of a share.
 
-use super::*;
+use super::{DeviceAsk, DraError, GPU_NVIDIA, NodeInventory, REQUEST_CPU, REQUEST_GPU, Share};
 use crate::wellknown::DEVICECLASS_DRA_CPU;
 use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
 use k8s_openapi::api::resource::v1::{

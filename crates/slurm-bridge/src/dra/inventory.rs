@@ -1,6 +1,6 @@
 //! A node's DRA devices from its ResourceSlices, and Slurm's GRES index lists.
 
-use super::*;
+use super::{DraError, GPU_NVIDIA, MAX_INDICES};
 use crate::resources::cpumap::{CpuInfo, CpuMap};
 use crate::wellknown::{DEVICECLASS_DRA_CPU, GPU_DEVICECLASSES};
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};

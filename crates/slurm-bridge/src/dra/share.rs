@@ -1,6 +1,6 @@
 //! The part of a node's Slurm allocation (cores, GRES indices) that each pod placed there gets.
 
-use super::*;
+use super::{DeviceAsk, DraError, NodeInventory, parse_gres_index};
 use crate::resources::bitmap::parse_core_bitmap;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -25,6 +25,7 @@ pub mod write_kind {
     pub const PODGROUP: &str = "podgroup";
 }
 
+/// Labels of the write counter: the [`write_kind`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,

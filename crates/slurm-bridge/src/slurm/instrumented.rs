@@ -13,11 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// Labels of the latency histogram: the REST endpoint (`job_submit`, `jobs_state`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     pub endpoint: &'static str,
 }
 
+/// Labels of the request counter: the endpoint and `ok`, `unavailable` or `error`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub endpoint: &'static str,
@@ -26,7 +28,9 @@ pub struct RequestLabels {
 
 /// Slurm REST requests by endpoint and outcome, and their latency.
 pub struct SlurmMetrics {
+    /// `slurm_requests_total{endpoint,outcome}`.
     pub requests: Family<RequestLabels, Counter>,
+    /// `slurm_request_seconds{endpoint}`.
     pub request_seconds: Family<EndpointLabels, Histogram>,
     /// Total Slurm requests, for benchmarks (calls per pod); shared with the scheduler's
     /// metrics, which report it too.
@@ -84,7 +88,9 @@ impl SlurmMetrics {
 
 /// Wraps a Slurm implementation and measures every request it makes.
 pub struct Instrumented<S> {
+    /// The client whose requests are measured.
     pub inner: S,
+    /// Where they are counted.
     pub metrics: Arc<SlurmMetrics>,
 }
 

@@ -112,12 +112,19 @@ struct Ctx<S, C> {
 /// ResourceSlices changed: a changed device inventory re-registers the node through the same
 /// drain-then-recreate path as a capacity change).
 pub struct NodeInputs<S, C, N, L> {
+    /// For the node writes (taints, condition, Events).
     pub client: kube::Client,
+    /// For the Slurm node writes and fresh reads.
     pub slurm: Arc<S>,
+    /// The Slurm node listing (shared cache).
     pub slurm_nodes: Arc<SlurmNodeCache<C>>,
+    /// The Kubernetes nodes (shared reflector).
     pub nodes: Store<Node>,
+    /// Nodes that changed or went.
     pub node_changes: N,
+    /// The ResourceSlices (shared reflector).
     pub slices: Store<ResourceSlice>,
+    /// Nodes whose ResourceSlices changed.
     pub slice_changes: L,
 }
 
