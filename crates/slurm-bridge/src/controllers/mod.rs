@@ -115,7 +115,7 @@ pub fn run_with<S: Slurm + NodeControl>(
 ) -> ControllersHandle {
     let metrics = ControllerMetrics::new(registry);
     let pod_ctx = pod::PodCtx::new(
-        caches.clone(),
+        caches.handles(),
         client.clone(),
         pod::PodControllerOptions {
             scheduler_name: opts.config.scheduler_name.clone(),
@@ -169,7 +169,11 @@ pub fn run_with<S: Slurm + NodeControl>(
                     node_metrics.clone(),
                     until_true(stop_rx.clone()),
                 );
-                let pods = pod::run(pod_ctx.clone(), until_true(stop_rx));
+                let pod_triggers = pod::PodTriggers {
+                    pod_changes: caches.pod_changes(),
+                    node_changes: caches.node_changes(),
+                };
+                let pods = pod::run(pod_ctx.clone(), pod_triggers, until_true(stop_rx));
                 let mut term = Box::pin(futures::future::join(pods, nodes));
                 let shutting_down = tokio::select! {
                     _ = &mut term => {

@@ -126,11 +126,10 @@ pub async fn cancel<S: Slurm>(ctx: &PodCtx<S>, job_id: u32, cause: Cause) -> Res
         cause = cause.label(),
         "cancelling Slurm job: no pod of it runs any more"
     );
-    if let Err(e) = ctx.caches.handles.slurm.cancel(job_id).await {
+    if let Err(e) = ctx.caches.slurm.cancel(job_id).await {
         // Slurm refuses to cancel a job that is already completing or done.
         let ended = ctx
             .caches
-            .handles
             .jobs
             .refresh(job_id)
             .await?
@@ -140,7 +139,7 @@ pub async fn cancel<S: Slurm>(ctx: &PodCtx<S>, job_id: u32, cause: Cause) -> Res
         }
     } else {
         ctx.metrics.job_cancelled(cause.label());
-        ctx.caches.handles.jobs.refresh(job_id).await?;
+        ctx.caches.jobs.refresh(job_id).await?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 pub mod actions;
 pub mod decide;
 
-use crate::caches::{Caches, Change};
+use crate::caches::{CacheHandles, Change};
 use crate::controllers::metrics::ControllerMetrics;
 use crate::k8s::PodWriter;
 use crate::slurm::Slurm;
@@ -55,7 +55,8 @@ pub enum PodError {
 
 /// What every pass shares.
 pub struct PodCtx<S> {
-    pub caches: Arc<Caches<S>>,
+    /// The shared caches this controller reads.
+    pub caches: CacheHandles<S>,
     pub client: kube::Client,
     pub writer: PodWriter,
     pub opts: PodControllerOptions,
@@ -68,7 +69,7 @@ pub struct PodCtx<S> {
 
 impl<S: Slurm> PodCtx<S> {
     pub fn new(
-        caches: Arc<Caches<S>>,
+        caches: CacheHandles<S>,
         client: kube::Client,
         opts: PodControllerOptions,
         metrics: Arc<ControllerMetrics>,
@@ -91,7 +92,7 @@ impl<S: Slurm> PodCtx<S> {
     /// `Some(ZERO)` once lost.
     fn node_loss(&self, node: &str) -> Option<Duration> {
         let grace = self.opts.lost_node_grace;
-        let Some(n) = self.caches.handles.nodes.get(&ObjectRef::<Node>::new(node)) else {
+        let Some(n) = self.caches.nodes.get(&ObjectRef::<Node>::new(node)) else {
             let mut gone = self.gone_since.locked();
             let since = *gone.entry(node.to_string()).or_insert_with(Instant::now);
             return Some(grace.saturating_sub(since.elapsed()));
@@ -155,7 +156,6 @@ impl<S: Slurm> PodCtx<S> {
     /// The cached pods carrying job id label `value`.
     fn pods_of_job(&self, value: &str) -> Vec<Arc<Pod>> {
         self.caches
-            .handles
             .pods
             .state()
             .into_iter()
@@ -180,10 +180,10 @@ async fn job_of<S: Slurm>(
     let Some(id) = jobid_label(pod).and_then(parse_job_id) else {
         return Ok(None);
     };
-    let cached = ctx.caches.handles.jobs.index().get(id);
+    let cached = ctx.caches.jobs.index().get(id);
     let job = match cached {
         Some(j) => Some(j),
-        None => ctx.caches.handles.jobs.refresh(id).await?,
+        None => ctx.caches.jobs.refresh(id).await?,
     };
     Ok(Some(job.ok_or(id)))
 }
@@ -213,14 +213,7 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         && let Some(Ok(j)) = &job
         && !j.is_running()
     {
-        job = Some(
-            ctx.caches
-                .handles
-                .jobs
-                .refresh(j.job_id)
-                .await?
-                .ok_or(j.job_id),
-        );
+        job = Some(ctx.caches.jobs.refresh(j.job_id).await?.ok_or(j.job_id));
     }
     let view = match &job {
         None => JobView::NoLabel,
@@ -291,7 +284,6 @@ fn pods_of_event<S: Slurm>(ctx: &PodCtx<S>, event: &JobEvent) -> Vec<ObjectRef<P
 /// The bound pods on `node`.
 fn pods_on<S: Slurm>(ctx: &PodCtx<S>, node: &str) -> Vec<ObjectRef<Pod>> {
     ctx.caches
-        .handles
         .pods
         .state()
         .iter()
@@ -308,15 +300,27 @@ fn node_ready(node: &Node) -> bool {
         .is_none_or(|c| c.status == "True")
 }
 
+/// The changes of the shared caches that trigger pod passes, subscribed to before the
+/// controller starts so none falls in between.
+pub struct PodTriggers {
+    /// Pod changes ([`crate::caches::Caches::pod_changes`]).
+    pub pod_changes: tokio::sync::mpsc::UnboundedReceiver<Change<Pod>>,
+    /// Node changes ([`crate::caches::Caches::node_changes`]).
+    pub node_changes: tokio::sync::mpsc::UnboundedReceiver<Change<Node>>,
+}
+
 /// Runs the controller until `stop` completes (the passes in flight finish first).
 pub async fn run<S: Slurm>(
     ctx: Arc<PodCtx<S>>,
+    triggers: PodTriggers,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tx, rx) = mpsc::unbounded::<ObjectRef<Pod>>();
-    let mut pod_changes = ctx.caches.pod_changes();
-    let mut job_events = ctx.caches.handles.jobs.subscribe();
-    let mut node_changes = ctx.caches.node_changes();
+    let PodTriggers {
+        mut pod_changes,
+        mut node_changes,
+    } = triggers;
+    let mut job_events = ctx.caches.jobs.subscribe();
     let feeder = {
         let ctx = ctx.clone();
         async move {
@@ -354,7 +358,7 @@ pub async fn run<S: Slurm>(
     });
     let controller = Controller::for_stream(
         futures::stream::empty::<Result<Pod, watcher::Error>>(),
-        ctx.caches.handles.pods.clone(),
+        ctx.caches.pods.clone(),
     )
     .with_config(ControllerConfig::default().concurrency(ctx.opts.workers))
     .reconcile_all_on(futures::stream::once(async {}).chain(ticks))
