@@ -130,12 +130,7 @@ pub fn groups(pods: &[Pod], jobs: &[JobInfo]) -> Vec<Group> {
             }
         });
         entry.pods.push(key);
-        if pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-        {
+        if crate::k8s::is_bound(pod) {
             entry.bound += 1;
         }
         if let Some((reason, message)) = condition(pod) {

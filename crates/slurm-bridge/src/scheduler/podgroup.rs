@@ -7,7 +7,7 @@
 
 use super::context::{Ctx, Slurm};
 use super::reason;
-use super::reconcile::is_bound;
+use crate::k8s::is_bound;
 use crate::workload::Translation;
 use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::Pod;

@@ -99,11 +99,7 @@ fn wake_siblings<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, triggers: &Triggers) {
         if other.metadata.namespace.as_deref() != ns || other.metadata.uid == pod.metadata.uid {
             continue;
         }
-        let unbound = other
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_none_or(str::is_empty);
+        let unbound = !crate::k8s::is_bound(&other);
         let waiting = other
             .status
             .as_ref()
@@ -177,12 +173,7 @@ pub(super) async fn follow_slurm_nodes<S: Slurm>(
         }
         generation = now;
         for pod in ctx.pods.state() {
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            if !bound && !crate::workload::kinds::is_terminal(&pod) {
+            if !crate::k8s::is_bound(&pod) && !crate::workload::kinds::is_terminal(&pod) {
                 triggers.send(ObjectRef::from_obj(&*pod));
             }
         }

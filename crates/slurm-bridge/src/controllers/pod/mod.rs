@@ -122,11 +122,7 @@ impl<S: Slurm> PodCtx<S> {
     }
 
     fn member(&self, pod: &Pod) -> (Member, Option<Duration>) {
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty());
+        let node = crate::k8s::bound_node(pod);
         let loss = node.and_then(|n| self.node_loss(n));
         let status = pod.status.as_ref();
         let running = |list: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
@@ -287,7 +283,7 @@ fn pods_on<S: Slurm>(ctx: &PodCtx<S>, node: &str) -> Vec<ObjectRef<Pod>> {
         .pods
         .state()
         .iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| crate::k8s::bound_node(p) == Some(node))
         .map(|p| ObjectRef::from_obj(&**p))
         .collect()
 }

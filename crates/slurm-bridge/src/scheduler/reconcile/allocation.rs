@@ -3,10 +3,11 @@
 //! ([`assign_nodes`]), their DRA claims planned ([`plan_claims`]), then every unbound pod
 //! labelled, given its claim and bound ([`bind_one`]), and the outcomes tallied ([`tally`]).
 
+use super::ReconcileError;
 use super::report::report;
-use super::{ReconcileError, bound_node, is_bound};
 use crate::dra::claims::{self, ClaimPlan, ClaimWriter};
 use crate::k8s::slurm_node_name;
+use crate::k8s::{bound_node, is_bound};
 use crate::scheduler::assign;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;

@@ -2,11 +2,12 @@
 //! node, make the DRA claims, label and bind every pod; a pod the allocation does not cover gets a
 //! job of its own.
 
+use super::ReconcileError;
 use super::allocation::{Allocation, bind_allocation};
 use super::report::report;
 use super::submit::{find_job, submit};
 use super::waiting::{gang_count, pending, suspended};
-use super::{ReconcileError, is_bound};
+use crate::k8s::is_bound;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::podgroup::mark_if_all_bound;
 use crate::scheduler::reason;

@@ -23,6 +23,7 @@ mod tests;
 mod waiting;
 
 use crate::dra::claims::ClaimError;
+use crate::k8s::is_bound;
 use crate::scheduler::assign::AssignError;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::slurm::WatchedJob;
@@ -192,21 +193,6 @@ pub(super) fn gang_by_membership(gang: &GangStatus, pods: usize) -> GangStatus {
         },
         other => other.clone(),
     }
-}
-
-pub(super) fn is_bound(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-}
-
-/// The node a pod is bound to, if any.
-pub(super) fn bound_node(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
 }
 
 /// True when the pod still has `spec.schedulingGates`.

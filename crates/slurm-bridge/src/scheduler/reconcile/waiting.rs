@@ -2,10 +2,11 @@
 //! show Slurm's reason, wait out a suspended job, cancel a pending job whose gang shrank, and say
 //! why a group that is not complete waits.
 
+use super::ReconcileError;
 use super::bind::bind_group;
 use super::report::{report, slurm_failed};
 use super::submit::{as_update, desc_hash, job_desc, label_all, rejected, still_rejected};
-use super::{ReconcileError, is_bound};
+use crate::k8s::is_bound;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;

@@ -1,0 +1,25 @@
+//! Pod facts every component reads: its key, and whether and where it is bound.
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// `ns/name` of a pod: the key every cache, lock, log line and admin_comment uses for it.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The node a pod is bound to (`spec.nodeName`, when set and not empty).
+pub fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// True when the pod is bound to a node.
+pub fn is_bound(pod: &Pod) -> bool {
+    bound_node(pod).is_some()
+}
