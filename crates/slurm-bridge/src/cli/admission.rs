@@ -2,7 +2,7 @@
 //! `run` shares), with probes, metrics and a clean shutdown on SIGTERM.
 
 use super::process;
-use super::scheduler::parse_duration;
+use super::process::parse_duration;
 use crate::admission::{self, AdmissionOptions, certs::SelfManaged};
 use crate::config::Config;
 use crate::{leader, server};

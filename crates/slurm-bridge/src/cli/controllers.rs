@@ -2,7 +2,7 @@
 //! metrics, leader election and a clean shutdown on SIGTERM.
 
 use super::process;
-use super::scheduler::parse_duration;
+use super::process::parse_duration;
 use crate::config::Config;
 use crate::controllers::{self, ControllersOptions};
 use prometheus_client::registry::Registry;

@@ -1,9 +1,10 @@
 //! What every long-running subcommand shares: leader election, the probe server, and a clean
 //! shutdown on SIGTERM (readiness off, passes in flight finish, Lease released).
 
+use crate::config::Config;
 use crate::sync::until_true;
 use crate::{leader, server};
-use anyhow::Context;
+use anyhow::{Context, bail};
 use futures::{Stream, StreamExt};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -46,11 +47,11 @@ pub struct ProcessFlags {
     #[arg(long, default_value = "0.0.0.0:8081")]
     pub health_probe_bind_address: std::net::SocketAddr,
     /// Interval of the Slurm job watcher's poll of GET /jobs/state/ (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = super::scheduler::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub slurm_poll_interval: Duration,
     /// On SIGTERM, how long the passes in flight may finish before they are aborted (keep it
     /// below the pod's terminationGracePeriodSeconds).
-    #[arg(long, default_value = "10s", value_parser = super::scheduler::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 }
 
@@ -91,7 +92,7 @@ pub async fn start(
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let slurm = super::scheduler::slurm_client(cfg)?;
+    let slurm = slurm_client(cfg)?;
     Ok(Started {
         signals,
         listener,
@@ -206,5 +207,64 @@ pub async fn serve(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e).context("serving probes"),
         Err(e) => Err(e).context("the probe server failed"),
+    }
+}
+
+/// Parses a duration as `humantime` does (`500ms`, `1s`, `2m`, `12h`, `365d`, `1h 30m`), or a
+/// bare number of seconds; it must be positive.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let err = |why: String| {
+        format!(
+            "invalid duration {s:?}: {why}; use a number with a unit, e.g. 500ms, 1s, 2m, 12h, 365d"
+        )
+    };
+    let d = if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+        s.parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| err(e.to_string()))?
+    } else {
+        humantime::parse_duration(s).map_err(|e| err(e.to_string()))?
+    };
+    if d.is_zero() {
+        return Err(err("it must be positive".into()));
+    }
+    Ok(d)
+}
+
+/// The Slurm client from the config URL and `SLURM_JWT_FILE` (re-read when it changes), or
+/// `SLURM_JWT`.
+pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
+    if cfg.slurm_rest_api.is_empty() {
+        bail!(
+            "slurmRestApi is not set in the config file: give the slurmrestd URL, e.g. http://slurm-restapi.slurm:6820"
+        );
+    }
+    let token = match (std::env::var("SLURM_JWT_FILE"), std::env::var("SLURM_JWT")) {
+        (Ok(path), _) if !path.is_empty() => slurm_rest::TokenProvider::file(path),
+        (_, Ok(tok)) if !tok.is_empty() => slurm_rest::TokenProvider::Static(tok),
+        _ => bail!(
+            "no Slurm token: set SLURM_JWT_FILE to a file holding the JWT (re-read when it changes), or SLURM_JWT"
+        ),
+    };
+    slurm_rest::Client::builder(cfg.slurm_rest_api.clone())
+        .token(token)
+        .build()
+        .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1s 500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").unwrap_err().contains("500ms"));
     }
 }

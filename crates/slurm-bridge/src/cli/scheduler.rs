@@ -6,10 +6,8 @@ use crate::config::Config;
 use crate::leader;
 use crate::scheduler::{self, SchedulerOptions};
 use crate::slurm::Slurm;
-use anyhow::{Context, bail};
 use futures::Stream;
 use prometheus_client::registry::Registry;
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// Flags of `scheduler` and `run`.
@@ -20,49 +18,6 @@ pub struct SchedulerArgs {
     /// Pods reconciled at once.
     #[arg(long, default_value_t = 64)]
     pub workers: u16,
-}
-
-/// Parses a duration as `humantime` does (`500ms`, `1s`, `2m`, `12h`, `365d`, `1h 30m`), or a
-/// bare number of seconds; it must be positive.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let err = |why: String| {
-        format!(
-            "invalid duration {s:?}: {why}; use a number with a unit, e.g. 500ms, 1s, 2m, 12h, 365d"
-        )
-    };
-    let d = if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
-        s.parse::<u64>()
-            .map(Duration::from_secs)
-            .map_err(|e| err(e.to_string()))?
-    } else {
-        humantime::parse_duration(s).map_err(|e| err(e.to_string()))?
-    };
-    if d.is_zero() {
-        return Err(err("it must be positive".into()));
-    }
-    Ok(d)
-}
-
-/// The Slurm client from the config URL and `SLURM_JWT_FILE` (re-read when it changes), or
-/// `SLURM_JWT`.
-pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
-    if cfg.slurm_rest_api.is_empty() {
-        bail!(
-            "slurmRestApi is not set in the config file: give the slurmrestd URL, e.g. http://slurm-restapi.slurm:6820"
-        );
-    }
-    let token = match (std::env::var("SLURM_JWT_FILE"), std::env::var("SLURM_JWT")) {
-        (Ok(path), _) if !path.is_empty() => slurm_rest::TokenProvider::file(path),
-        (_, Ok(tok)) if !tok.is_empty() => slurm_rest::TokenProvider::Static(tok),
-        _ => bail!(
-            "no Slurm token: set SLURM_JWT_FILE to a file holding the JWT (re-read when it changes), or SLURM_JWT"
-        ),
-    };
-    slurm_rest::Client::builder(cfg.slurm_rest_api.clone())
-        .token(token)
-        .build()
-        .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
 }
 
 /// Runs the scheduler until SIGTERM/SIGINT.
@@ -123,19 +78,4 @@ pub async fn serve<S: Slurm>(
         signals,
     )
     .await
-}
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1s 500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("fast").unwrap_err().contains("500ms"));
-    }
 }

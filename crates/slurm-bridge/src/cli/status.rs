@@ -1,7 +1,7 @@
 //! `slurm-bridge status`: one line per pod group with its Slurm job, so "why is my pod pending?"
 //! gets Slurm's answer in one command.
 
-use super::scheduler::slurm_client;
+use super::process::slurm_client;
 use crate::config::Config;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::admin_comment::AdminComment;
