@@ -204,6 +204,14 @@ pub fn leads(manager_holds: bool, ours_until: Option<SystemTime>, now: SystemTim
             .is_some_and(|deadline| now < deadline)
 }
 
+/// Waits until `leader` (a [`Leadership::receiver`]) reads `want`; never returns if it cannot
+/// change any more. The scheduler's and the controllers' leadership loops wait with it.
+pub async fn until_leadership(leader: &mut watch::Receiver<bool>, want: bool) {
+    if leader.wait_for(|l| *l == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// This process's identity for leader election: the pod name when set, else host name and PID.
 pub fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")

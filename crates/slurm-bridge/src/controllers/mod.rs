@@ -13,6 +13,7 @@ pub mod pod;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
+use crate::leader::until_leadership;
 use crate::slurm::Slurm;
 use crate::slurm::{Instrumented, NodeControl};
 use crate::sync::until_true;
@@ -252,11 +253,4 @@ fn slice_node_refs(
             crate::caches::Change::Relisted => None,
         })
     })
-}
-
-/// Waits until `leader` reads `want`; never returns if it cannot change any more.
-async fn until_leadership(leader: &mut watch::Receiver<bool>, want: bool) {
-    if leader.wait_for(|l| *l == want).await.is_err() {
-        std::future::pending::<()>().await;
-    }
 }

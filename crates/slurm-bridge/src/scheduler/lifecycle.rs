@@ -5,6 +5,7 @@ use super::context::{Ctx, Slurm};
 use super::metrics::LifecycleMetrics;
 use super::triggers::Triggers;
 use super::{SchedulerOptions, reconcile, sweep};
+use crate::leader::until_leadership;
 use crate::slurm::Instrumented;
 use crate::sync::until_true;
 use futures::StreamExt;
@@ -17,13 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::watch as tokio_watch;
-
-/// Waits until `leader` reads `want`; never returns if it cannot change any more.
-pub(super) async fn until_leadership(leader: &mut tokio_watch::Receiver<bool>, want: bool) {
-    if leader.wait_for(|l| *l == want).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
 
 /// How a term of leadership ended.
 pub(super) enum TermEnd {
