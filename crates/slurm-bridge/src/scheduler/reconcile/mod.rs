@@ -67,7 +67,7 @@ pub async fn reconcile<S: Slurm>(
     ctx: Arc<Ctx<S>>,
 ) -> Result<Action, ReconcileError> {
     if !ctx.is_leader() {
-        // The controller runs only while this replica leads (scheduler/mod.rs) and is dropped
+        // The controller runs only while this replica leads (scheduler/lifecycle.rs) and is dropped
         // when leadership is lost; a pass that starts in between does nothing.
         return Ok(Action::await_change());
     }
