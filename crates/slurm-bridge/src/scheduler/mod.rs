@@ -1,7 +1,7 @@
 //! The scheduler: binds the pods whose `spec.schedulerName` is the bridge's to the nodes Slurm
 //! allocates for their group's external job.
 //!
-//! A kube-runtime [`Controller`] reconciles pods ([`reconcile`]); its triggers are pod changes
+//! A kube-runtime [`Controller`](kube::runtime::Controller) reconciles pods ([`reconcile`]); its triggers are pod changes
 //! and allocations seen by the shared Slurm job watcher ([`crate::slurm::JobWatcher`]), so a pod
 //! is bound as soon as Slurm allocates, not on a timer. Nodes come from a reflector; Slurm node
 //! names from a cache.

@@ -32,7 +32,7 @@ const TRANSIENT_ESLURM: [i32; 6] = [
 /// `InvalidRequest` kind (HTTP 400/422, "Requested node configuration is not available" 2014,
 /// invalid partition 2000, invalid reservation 2053, not supported 2036, ...), and any other
 /// `ESLURM_*` number (2000-2999: invalid feature 2029, account 2045, license 2048, QOS 2066, ...)
-/// except those about slurmctld's state ([`TRANSIENT_ESLURM`]). Transport failures, slurmctld
+/// except those about slurmctld's state (`TRANSIENT_ESLURM`). Transport failures, slurmctld
 /// unreachable, authentication (an operator's fix, retried with backoff) and answers without an
 /// error number are transient.
 pub fn is_permanent(e: &slurm_rest::Error) -> bool {

@@ -1,6 +1,6 @@
 //! The node controller (reference §6.2, §6.4): Kubernetes nodes as Slurm external nodes.
 //!
-//! Per Kubernetes node, one pass ([`reconcile`]):
+//! Per Kubernetes node, one pass (`reconcile`, steps in `pass/`):
 //! 1. **Registration** ([`registration`]). With the label
 //!    `scheduler.slinky.slurm.net/external-node`: create the Slurm node (CPUs, memory, GPUs as
 //!    GRES, partitions as `Feature=`, topology) once its partitions exist, else a Warning Event

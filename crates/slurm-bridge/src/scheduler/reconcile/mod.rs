@@ -4,7 +4,7 @@
 //!
 //! Where each part of a pass is:
 //! - this file: the entry ([`reconcile`]), its errors and backoff, a pod deleted before binding;
-//! - `rules`: what a pass does, from the gang status and the group's job ([`rules::step`]);
+//! - `rules`: what a pass does, from the gang status and the group's job (`rules::step`);
 //! - `submit`: a pod group turned into a Slurm job (find it, or build and submit it; label pods);
 //! - `waiting`: a pending, suspended or shrunk group's job, an incomplete gang;
 //! - `bind`: an allocated job's group seen to (PodGroup marking, pods the allocation leaves out);
