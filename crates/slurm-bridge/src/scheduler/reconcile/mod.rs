@@ -112,6 +112,7 @@ pub async fn reconcile<S: Slurm>(
     Ok(action)
 }
 
+/// Runs the step the rules choose for the group ([`rules::step`]) with its job.
 pub(super) async fn schedule<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,

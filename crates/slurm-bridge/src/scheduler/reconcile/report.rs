@@ -43,6 +43,8 @@ pub(super) async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message
         .await;
 }
 
+/// The pod's group could not be worked out: shown on the pod; retried with backoff when the
+/// read failed, else looked at again after 30 s (the fix is an edit).
 pub(super) async fn translation_failed<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,
@@ -66,6 +68,8 @@ pub(super) async fn translation_failed<S: Slurm>(
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
+/// A Slurm call failed: shown on the pod (`SlurmUnavailable` when transient), then retried
+/// with backoff.
 pub(super) async fn slurm_failed<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,

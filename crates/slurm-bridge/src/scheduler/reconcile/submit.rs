@@ -48,6 +48,7 @@ pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option
     keep
 }
 
+/// A hash of a job description, to send a pending job's update only when it changed.
 pub(super) fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
     let text = serde_json::to_string(desc).unwrap_or_default();
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -98,6 +99,9 @@ pub(super) fn job_desc<S: Slurm>(
     Ok(tr.to_job_desc(&ctx.config, &placement.excluded))
 }
 
+/// Submits the group's external job: the description restricted to the feasible nodes (or the
+/// reason there are too few), unless Slurm rejected the same for good; then records the job in
+/// the watcher before labelling the pods, so a pass right after finds it.
 pub(super) async fn submit<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,

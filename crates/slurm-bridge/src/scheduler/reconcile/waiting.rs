@@ -25,6 +25,8 @@ use std::time::Duration;
 /// `SlurmJobPending`: Slurm starts most jobs within this, often in its next scheduling cycle.
 pub(super) const PENDING_REPORT_DELAY: Duration = Duration::from_secs(5);
 
+/// The group's job is pending: update its description when it changed (binding at once if it
+/// started meanwhile), label the pods, and show Slurm's reason once the job has waited a while.
 pub(super) async fn pending<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,
@@ -182,6 +184,7 @@ pub(super) async fn not_ready<S: Slurm>(
     Action::requeue(Duration::from_secs(30))
 }
 
+/// "`ready` of `required` pods of `group`", for messages about an incomplete gang.
 pub(super) fn gang_count(gang: &GangStatus, tr: &Translation) -> String {
     match gang {
         GangStatus::Incomplete {
