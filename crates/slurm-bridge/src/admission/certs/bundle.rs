@@ -8,6 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::{Api, PostParams};
 
+/// Maps an API error on configuration `name` to [`CertError::Api`].
 pub(super) fn api_err(name: &str) -> impl Fn(kube::Error) -> CertError + '_ {
     move |e| CertError::Api {
         name: name.into(),

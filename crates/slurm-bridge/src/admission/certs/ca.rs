@@ -15,6 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The parameters of a new CA certificate (CA common name, cert and CRL signing) valid from
+/// `not_before` to `not_after`.
 pub(super) fn ca_params(
     not_before: SystemTime,
     not_after: SystemTime,
@@ -34,6 +36,7 @@ pub(super) fn ca_params(
     Ok(p)
 }
 
+/// A DER certificate as PEM text.
 pub(super) fn pem_of(der: &CertificateDer<'_>) -> String {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());

@@ -22,6 +22,7 @@ pub(super) fn tlv(buf: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &rest[..len], &rest[len..]))
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date.
 pub(super) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = if y >= 0 { y } else { y - 399 } / 400;
@@ -32,6 +33,7 @@ pub(super) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146097 + doe - 719468
 }
 
+/// A DER UTCTime (tag 0x17) or GeneralizedTime (0x18) in UTC.
 pub(super) fn der_time(tag: u8, s: &[u8]) -> Option<SystemTime> {
     let s = std::str::from_utf8(s).ok()?.strip_suffix('Z')?;
     let (year, rest) = match tag {

@@ -4,6 +4,7 @@ use super::CertError;
 use std::io::Write;
 use std::path::Path;
 
+/// Writes `data` to a temporary file with `mode` and renames it to `path`.
 pub(super) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), CertError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |action| {
@@ -29,6 +30,7 @@ pub(super) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), Ce
     std::fs::rename(&tmp, path).map_err(io("renaming into"))
 }
 
+/// The file's bytes, or None when it cannot be read.
 pub(super) fn read_opt(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }

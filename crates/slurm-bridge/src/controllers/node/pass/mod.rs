@@ -38,6 +38,8 @@ impl Pass<'_> {
     }
 }
 
+/// One pass for `node`: a fresh read of its Slurm node where it can matter, then the four
+/// steps and the warnings; requeued at the soonest retry a step asked for.
 pub(super) async fn pass<S: NodeControl, C: SlurmNodes>(
     node: &Node,
     ctx: &Ctx<S, C>,
@@ -76,6 +78,7 @@ pub(super) async fn pass<S: NodeControl, C: SlurmNodes>(
     Ok(Action::requeue(p.requeue))
 }
 
+/// The Slurm node as slurmctld has it now (None: no such node).
 pub(super) async fn fresh<S: NodeControl, C: SlurmNodes>(
     ctx: &Ctx<S, C>,
     slurm_name: &str,

@@ -84,6 +84,8 @@ pub(super) async fn state_step<S: NodeControl, C: SlurmNodes>(
     Ok(())
 }
 
+/// Deletes the Slurm node (gone already counts as deleted), lists the nodes again and records
+/// an Event saying why.
 pub(super) async fn delete<S: NodeControl, C: SlurmNodes>(
     ctx: &Ctx<S, C>,
     p: &mut Pass<'_>,
