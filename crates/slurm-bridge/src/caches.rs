@@ -7,7 +7,7 @@
 
 use crate::k8s::node::placement_fingerprint;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
-use crate::sync::MutexExt;
+use crate::sync::Subscribers;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -16,8 +16,8 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -43,38 +43,18 @@ impl<K> Clone for Change<K> {
     }
 }
 
-/// Subscribers of one kind of change; a subscriber that went away is dropped at the next send.
-struct Fanout<K>(Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>);
+/// Subscribers of one kind of change.
+type Fanout<K> = Subscribers<Change<K>>;
 
-impl<K> Default for Fanout<K> {
-    fn default() -> Self {
-        Fanout(Mutex::new(Vec::new()))
-    }
-}
-
-impl<K> Fanout<K> {
-    fn subscribe(&self) -> mpsc::UnboundedReceiver<Change<K>> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.0.locked().push(tx);
-        rx
-    }
-
-    fn send(&self, change: Change<K>) {
-        self.0.locked().retain(|tx| tx.send(change.clone()).is_ok());
-    }
-
-    fn send_event(&self, event: &watcher::Event<K>)
-    where
-        K: Clone,
-    {
-        match event {
-            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                self.send(Change::Applied(Arc::new(o.clone())))
-            }
-            watcher::Event::Delete(o) => self.send(Change::Deleted(Arc::new(o.clone()))),
-            watcher::Event::InitDone => self.send(Change::Relisted),
-            watcher::Event::Init => {}
+/// Tells `to`'s subscribers of a watcher event, as a [`Change`].
+fn send_event<K: Clone>(to: &Fanout<K>, event: &watcher::Event<K>) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            to.send(Change::Applied(Arc::new(o.clone())))
         }
+        watcher::Event::Delete(o) => to.send(Change::Deleted(Arc::new(o.clone()))),
+        watcher::Event::InitDone => to.send(Change::Relisted),
+        watcher::Event::Init => {}
     }
 }
 
@@ -302,7 +282,7 @@ async fn reflect_nodes<S>(
                     .fetch_add(1, Ordering::Relaxed);
             }
             if let Ok(event) = &event {
-                caches.node_changes.send_event(event);
+                send_event(&caches.node_changes, event);
             }
             futures::future::ready(())
         })
@@ -324,7 +304,7 @@ async fn reflect_pods<S>(
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => caches.pod_changes.send_event(event),
+                Ok(event) => send_event(&caches.pod_changes, event),
                 Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
             }
             futures::future::ready(())
@@ -345,7 +325,7 @@ async fn reflect_slices<S>(
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => caches.slice_changes.send_event(event),
+                Ok(event) => send_event(&caches.slice_changes, event),
                 Err(e) => tracing::warn!(error = %e, "watching ResourceSlices failed; retrying"),
             }
             futures::future::ready(())

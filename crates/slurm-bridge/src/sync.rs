@@ -1,5 +1,5 @@
-//! Synchronisation helpers every module shares: locks that shrug off poisoning, and the wait for
-//! a stop signal.
+//! Synchronisation helpers every module shares: locks that shrug off poisoning, subscriber
+//! lists, and the wait for a stop signal.
 //!
 //! A panic while a lock is held (a bug, caught by the task that
 //! panicked) must not take every later pass down with it: the data behind these locks are caches
@@ -34,6 +34,36 @@ impl<T> RwLockExt<T> for RwLock<T> {
 
     fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
         self.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Subscribers of a stream of changes, each with its own unbounded channel; a subscriber whose
+/// receiver is gone is dropped at the next send. The job watcher, the Slurm node listing and the
+/// Kubernetes caches each keep one.
+pub struct Subscribers<T>(Mutex<Vec<tokio::sync::mpsc::UnboundedSender<T>>>);
+
+impl<T> Default for Subscribers<T> {
+    fn default() -> Self {
+        Subscribers(Mutex::new(Vec::new()))
+    }
+}
+
+impl<T: Clone> Subscribers<T> {
+    /// A receiver of every item sent from now on.
+    pub fn subscribe(&self) -> tokio::sync::mpsc::UnboundedReceiver<T> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.0.locked().push(tx);
+        rx
+    }
+
+    /// Sends `item` to every live subscriber.
+    pub fn send(&self, item: T) {
+        self.0.locked().retain(|tx| tx.send(item.clone()).is_ok());
+    }
+
+    /// True when no subscriber is left (after the last send).
+    pub fn is_empty(&self) -> bool {
+        self.0.locked().is_empty()
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
-use crate::sync::{MutexExt, RwLockExt};
+use crate::sync::{MutexExt, RwLockExt, Subscribers};
 use futures::StreamExt;
 use slurm_rest::models::JobInfo;
 use std::collections::{HashMap, HashSet};
@@ -86,7 +86,7 @@ pub struct JobWatcher<S> {
     /// that started earlier may not list them yet, so it must not treat them as gone.
     recorded: Mutex<HashMap<u32, u64>>,
     generation: AtomicU64,
-    subscribers: Mutex<Vec<mpsc::UnboundedSender<JobEvent>>>,
+    subscribers: Subscribers<JobEvent>,
     synced: watch::Sender<bool>,
     /// When each bridge job was last fetched.
     fetched_at: Mutex<HashMap<u32, std::time::Instant>>,
@@ -107,7 +107,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             index: RwLock::new(JobIndex::default()),
             recorded: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::default(),
             synced: watch::channel(false).0,
             fetched_at: Mutex::new(HashMap::new()),
             last_record: Mutex::new(None),
@@ -124,9 +124,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
 
     /// A stream of job events from now on.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<JobEvent> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.locked().push(tx);
-        rx
+        self.subscribers.subscribe()
     }
 
     /// True once the first full listing is indexed; before that no decision may rely on the
@@ -203,8 +201,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     }
 
     fn emit(&self, event: JobEvent) {
-        let mut subs = self.subscribers.locked();
-        subs.retain(|tx| tx.send(event.clone()).is_ok());
+        self.subscribers.send(event);
     }
 
     /// Runs forever: the first full listing (retried until it succeeds), then polls.

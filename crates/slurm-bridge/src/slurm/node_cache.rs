@@ -8,10 +8,10 @@
 //! features, topology), so an admin's drain reaches the controller within one interval.
 
 use super::SlurmNodes;
-use crate::sync::{MutexExt, RwLockExt};
+use crate::sync::{RwLockExt, Subscribers};
 use slurm_rest::models::Node;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -31,7 +31,7 @@ pub struct SlurmNodeCache<S> {
     /// Every node of the last listing, by name.
     nodes: RwLock<Arc<BTreeMap<String, Node>>>,
     /// Receivers of the names that changed per listing; closed ones are dropped.
-    subscribers: Mutex<Vec<mpsc::UnboundedSender<Arc<Vec<String>>>>>,
+    subscribers: Subscribers<Arc<Vec<String>>>,
     synced: watch::Sender<bool>,
     /// Moves when a node appears, goes, or changes its configuration ([`Self::config_generation`]).
     config_generation: std::sync::atomic::AtomicU64,
@@ -92,7 +92,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             interval,
             current: RwLock::new(NodeNames::default()),
             nodes: RwLock::new(Arc::new(BTreeMap::new())),
-            subscribers: Mutex::new(Vec::new()),
+            subscribers: Subscribers::default(),
             synced: watch::channel(false).0,
             config_generation: Default::default(),
         })
@@ -127,9 +127,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
     /// without changes. The first listing after subscribing reports only changes since the
     /// listing before it: read [`SlurmNodeCache::nodes`] for the current state.
     pub fn subscribe_changes(&self) -> mpsc::UnboundedReceiver<Arc<Vec<String>>> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.locked().push(tx);
-        rx
+        self.subscribers.subscribe()
     }
 
     pub fn is_synced(&self) -> bool {
@@ -172,10 +170,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
         if changed.is_empty() {
             return;
         }
-        let changed = Arc::new(changed);
-        self.subscribers
-            .locked()
-            .retain(|tx| tx.send(changed.clone()).is_ok());
+        self.subscribers.send(Arc::new(changed));
     }
 
     /// Installs a new listing unless it equals the current one; returns the current names.
@@ -330,6 +325,6 @@ mod tests {
         drop(rx);
         *table.0.lock().unwrap() = vec![];
         cache.refresh().await.unwrap();
-        assert!(cache.subscribers.lock().unwrap().is_empty());
+        assert!(cache.subscribers.is_empty());
     }
 }
