@@ -2,8 +2,11 @@
 //! [`crate::slurm::SlurmMetrics`], shared by every component of the process.
 
 use crate::k8s::writes::KubeWrites;
+use crate::slurm::SlurmMetrics;
+use crate::slurm::instrumented::RequestLabels;
 use crate::sync::MutexExt;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -20,8 +23,11 @@ pub struct Metrics {
     pub allocation_to_bound: Histogram,
     pub pending_groups: Gauge,
     /// Total Slurm requests of the process, for benchmarks (calls per pod): the counter of the
-    /// shared client's [`crate::slurm::SlurmMetrics`] when the scheduler runs on it.
+    /// shared client's [`SlurmMetrics`] when the scheduler runs on it.
     pub slurm_calls: Arc<AtomicU64>,
+    /// Slurm requests by endpoint and outcome, for tests: the shared client's
+    /// [`SlurmMetrics::requests`] (registered there, not here).
+    pub slurm_requests: Family<RequestLabels, Counter>,
     /// Kubernetes writes by kind (`kube_writes_total{kind}`), for benchmarks and tests (writes
     /// per pod).
     pub kube_writes: KubeWrites,
@@ -36,18 +42,20 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
 impl Metrics {
     /// Creates the metrics and registers them under `slurm_bridge_scheduler_`.
     pub fn new(registry: &mut Registry) -> Arc<Self> {
-        Self::counting(registry, Default::default())
+        Self::counting(registry, &SlurmMetrics::unregistered())
     }
 
-    /// As [`Metrics::new`], reporting `slurm_calls` from the Slurm client's own counter.
-    pub fn counting(registry: &mut Registry, slurm_calls: Arc<AtomicU64>) -> Arc<Self> {
+    /// As [`Metrics::new`], reporting `slurm_calls` and `slurm_requests` from the Slurm client's
+    /// own metrics.
+    pub fn counting(registry: &mut Registry, slurm: &SlurmMetrics) -> Arc<Self> {
         let m = Metrics {
             pods_bound: Counter::default(),
             jobs_submitted: Counter::default(),
             submit_to_allocation: Histogram::new(latency_buckets()),
             allocation_to_bound: Histogram::new(latency_buckets()),
             pending_groups: Gauge::default(),
-            slurm_calls,
+            slurm_calls: slurm.calls.clone(),
+            slurm_requests: slurm.requests.clone(),
             kube_writes: KubeWrites::default(),
             submitted_at: Mutex::new(HashMap::new()),
             allocated_at: Mutex::new(HashMap::new()),

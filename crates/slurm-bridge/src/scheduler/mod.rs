@@ -139,7 +139,7 @@ pub async fn run_with<S: Slurm>(
     ready_tx: tokio_watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> SchedulerHandle {
-    let metrics = Metrics::counting(registry, caches.handles.slurm.metrics.calls.clone());
+    let metrics = Metrics::counting(registry, &caches.handles.slurm.metrics);
     let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx::new(
         opts.config.clone(),

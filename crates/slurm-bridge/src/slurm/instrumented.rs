@@ -42,15 +42,21 @@ impl SlurmMetrics {
     /// predate the controllers and dashboards read them (docs/operations.md).
     pub const PREFIX: &'static str = "slurm_bridge_scheduler";
 
-    /// Creates the metrics and registers them under [`SlurmMetrics::PREFIX`].
-    pub fn new(registry: &mut Registry) -> Arc<Self> {
-        let m = SlurmMetrics {
+    /// Metrics registered nowhere (a scheduler's [`crate::scheduler::metrics::Metrics`] made
+    /// without a client of its own).
+    pub fn unregistered() -> Self {
+        SlurmMetrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
             }),
             calls: Default::default(),
-        };
+        }
+    }
+
+    /// Creates the metrics and registers them under [`SlurmMetrics::PREFIX`].
+    pub fn new(registry: &mut Registry) -> Arc<Self> {
+        let m = Self::unregistered();
         let r = registry.sub_registry_with_prefix(Self::PREFIX);
         r.register(
             "slurm_requests",
