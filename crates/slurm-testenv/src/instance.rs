@@ -1,6 +1,6 @@
 //! One isolated Slurm: slurmctld + slurmrestd with their own slurm.conf, ports, keys, state, logs.
 
-use crate::conf::{self, ConfParams};
+use crate::conf::{self, ConfParams, Policy};
 use crate::error::{Error, Result};
 use crate::node::NodeSpec;
 use crate::paths::run_dir;
@@ -27,8 +27,14 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct InstanceOptions {
     /// Instance name; tests leave it `None` for a unique one.
     pub name: Option<String>,
-    /// External nodes `node-1` .. `node-N` created at start (8 CPUs, 16000 MB, feature slurm-bridge).
+    /// External nodes created at start (8 CPUs, 16000 MB, feature slurm-bridge), numbered after
+    /// the slurmd nodes: `node-(S+1)` .. `node-(S+N)` with `S = slurmd_nodes`.
     pub nodes: u32,
+    /// Nodes `node-1` .. `node-S`, each run by a real slurmd (8 CPUs, 16000 MB, feature
+    /// slurm-bridge), where batch jobs run: the hybrid nodes a kubelet shares with slurmd.
+    pub slurmd_nodes: u32,
+    /// Preemption, more partitions, licenses and other slurm.conf knobs.
+    pub policy: Policy,
     /// slurm.conf MaxNodeCount; default: 4096, or more when `nodes` needs it.
     pub max_node_count: Option<u32>,
     /// Lifetime of the root token.
@@ -42,6 +48,8 @@ impl Default for InstanceOptions {
         InstanceOptions {
             name: None,
             nodes: 0,
+            slurmd_nodes: 0,
+            policy: Policy::default(),
             max_node_count: None,
             token_lifespan: Duration::from_secs(30 * 24 * 3600),
             detached: false,
@@ -62,12 +70,24 @@ struct Meta {
     owner: Option<ProcId>,
     slurmctld: Option<ProcId>,
     slurmrestd: Option<ProcId>,
+    /// The slurmd-run nodes, in name order.
+    #[serde(default)]
+    slurmd: Vec<SlurmdMeta>,
+}
+
+/// One slurmd-run node: its name, port and (while it runs) the `unshare` wrapper of its slurmd.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct SlurmdMeta {
+    node: String,
+    port: u16,
+    proc: Option<ProcId>,
 }
 
 #[derive(Default)]
 struct Children {
     slurmctld: Option<Child>,
     slurmrestd: Option<Child>,
+    slurmd: std::collections::BTreeMap<String, Child>,
     watchdog: Option<Child>,
 }
 
@@ -146,7 +166,7 @@ impl Instance {
             }
             rootfs::remove_tree(&dir)?;
         }
-        for sub in ["state", "spool"] {
+        for sub in ["state", "spool", "work"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(Error::io(format!("create {}", dir.display())))?;
         }
@@ -160,7 +180,15 @@ impl Instance {
         } else {
             Some(ProcId::current())
         };
-        let inst = ports::reserve(3, |p| {
+        let slurmd_count = opts.slurmd_nodes as usize;
+        let inst = ports::reserve(3 + slurmd_count, |p| {
+            let slurmd = (0..slurmd_count)
+                .map(|i| SlurmdMeta {
+                    node: format!("node-{}", i + 1),
+                    port: p[3 + i],
+                    proc: None,
+                })
+                .collect();
             let inst = Instance {
                 rest_url: format!("http://127.0.0.1:{}", p[2]),
                 token: String::new(),
@@ -174,6 +202,7 @@ impl Instance {
                     owner,
                     slurmctld: None,
                     slurmrestd: None,
+                    slurmd,
                 }),
                 children: Mutex::new(Children::default()),
                 owned: true,
@@ -192,10 +221,13 @@ impl Instance {
         let max_nodes = opts
             .max_node_count
             .unwrap_or_else(|| 4096.max(opts.nodes.saturating_add(1024)));
-        inst.start_slurmctld(max_nodes)?;
+        inst.start_slurmctld(max_nodes, &opts.policy)?;
         if opts.nodes > 0 {
-            inst.create_node(&NodeSpec::new(format!("node-[1-{}]", opts.nodes)))?;
+            let first = opts.slurmd_nodes + 1;
+            let last = opts.slurmd_nodes + opts.nodes;
+            inst.create_node(&NodeSpec::new(format!("node-[{first}-{last}]")))?;
         }
+        inst.start_all_slurmd()?;
         inst.token = inst.mint_token("root", opts.token_lifespan.as_secs())?;
         write_secret(&inst.token_file, inst.token.as_bytes())?;
         inst.start_slurmrestd()?;
@@ -289,6 +321,7 @@ impl Instance {
         [meta.slurmctld, meta.slurmrestd]
             .into_iter()
             .flatten()
+            .chain(meta.slurmd.iter().filter_map(|d| d.proc))
             .collect()
     }
 
@@ -395,7 +428,7 @@ impl Instance {
         )))
     }
 
-    fn start_slurmctld(&self, max_node_count: u32) -> Result<()> {
+    fn start_slurmctld(&self, max_node_count: u32, policy: &Policy) -> Result<()> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -406,10 +439,18 @@ impl Instance {
                     slurmctld_port: meta.slurmctld_port,
                     slurmd_port: meta.slurmd_port,
                     max_node_count,
+                    slurmd_nodes: meta
+                        .slurmd
+                        .iter()
+                        .map(|d| (d.node.clone(), d.port))
+                        .collect(),
+                    policy: policy.clone(),
                 }
             };
             fs::write(self.slurm_conf(), conf::render(&params))
                 .map_err(Error::io("write slurm.conf"))?;
+            fs::write(self.dir.join("cgroup.conf"), conf::render_cgroup())
+                .map_err(Error::io("write cgroup.conf"))?;
             let log = self.dir.join("slurmctld.out");
             let child = self.spawn_daemon(&["slurmctld", "-D", "-i"], &log, &[])?;
             let id = ProcId::of(child.id() as i32);
@@ -483,6 +524,157 @@ impl Instance {
                     reason: format!(
                         "`scontrol ping` did not answer UP within {} s",
                         START_TIMEOUT.as_secs()
+                    ),
+                    log: self.slurmctld_log(),
+                    tail: tail_of(&self.slurmctld_log(), 15),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The names of the nodes run by a real slurmd (`node-1` .. `node-S`).
+    pub fn slurmd_nodes(&self) -> Vec<String> {
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        meta.slurmd.iter().map(|d| d.node.clone()).collect()
+    }
+
+    /// Host path of the slurmd log of `node`.
+    pub fn slurmd_log(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("slurmd.{node}.log"))
+    }
+
+    fn start_all_slurmd(&self) -> Result<()> {
+        let nodes = self.slurmd_nodes();
+        for node in &nodes {
+            self.spawn_slurmd(node)?;
+        }
+        self.wait_slurmd_up(&nodes)
+    }
+
+    /// Starts the slurmd of `node` (again, after [`Instance::kill_slurmd`]) and waits until
+    /// slurmctld has it responding.
+    pub fn start_slurmd(&self, node: &str) -> Result<()> {
+        self.spawn_slurmd(node)?;
+        self.wait_slurmd_up(&[node.to_string()])
+    }
+
+    fn spawn_slurmd(&self, node: &str) -> Result<()> {
+        if !self.slurmd_nodes().iter().any(|n| n == node) {
+            return Err(Error::NoSuchNode {
+                node: node.into(),
+                nodes: self.slurmd_nodes(),
+            });
+        }
+        fs::create_dir_all(self.dir.join("spool").join(node))
+            .map_err(Error::io(format!("create the spool folder of {node}")))?;
+        let out = self.dir.join(format!("slurmd.{node}.out"));
+        // Its own /run: every slurmd binds /run/slurm/sack.socket, which two would fight over.
+        let run = format!("run-{node}");
+        let child = self.spawn_daemon(
+            &["slurmd", "-D", "-N", node],
+            &out,
+            &[("SLURM_TESTENV_RUN", run.as_str())],
+        )?;
+        let id = ProcId::of(child.id() as i32);
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmd
+            .insert(node.to_string(), child);
+        if let Some(d) = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmd
+            .iter_mut()
+            .find(|d| d.node == node)
+        {
+            d.proc = id;
+        }
+        self.save_meta()
+    }
+
+    /// Kills the slurmd of `node` and everything it runs (its job steps), as a host crash
+    /// would: slurmctld marks the node DOWN after `SlurmdTimeout` (10 s).
+    pub fn kill_slurmd(&self, node: &str) -> Result<()> {
+        let child = self
+            .children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmd
+            .remove(node);
+        let proc = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmd
+            .iter_mut()
+            .find(|d| d.node == node)
+            .and_then(|d| d.proc.take());
+        if let Some(id) = proc {
+            process::stop_sandbox(id, STOP_TIMEOUT);
+        }
+        if let Some(mut child) = child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.save_meta()
+    }
+
+    /// Waits until every node in `nodes` has registered its slurmd and responds (a state
+    /// without `*`, not DOWN or UNKNOWN).
+    fn wait_slurmd_up(&self, nodes: &[String]) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        let list = nodes.join(",");
+        loop {
+            for node in nodes {
+                let alive = {
+                    let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+                    children
+                        .slurmd
+                        .get_mut(node)
+                        .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+                };
+                if !alive {
+                    let mut tail = tail_of(&self.slurmd_log(node), 15);
+                    let out = tail_of(&self.dir.join(format!("slurmd.{node}.out")), 10);
+                    if !out.is_empty() {
+                        tail = format!("{tail}\n{out}");
+                    }
+                    return Err(Error::DaemonFailed {
+                        daemon: "slurmd",
+                        reason: format!("the slurmd of {node} exited"),
+                        log: self.slurmd_log(node),
+                        tail,
+                    });
+                }
+            }
+            let states = self
+                .exec(&["sinfo", "-h", "-N", "-n", &list, "-o", "%N %T"])
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                .unwrap_or_default();
+            let up = states
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .filter(|(_, st)| {
+                    let st = st.trim();
+                    !st.ends_with('*') && !st.starts_with("down") && !st.starts_with("unknown")
+                })
+                .count();
+            if up >= nodes.len() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::DaemonFailed {
+                    daemon: "slurmd",
+                    reason: format!(
+                        "nodes {list} did not respond within {} s (sinfo: {})",
+                        START_TIMEOUT.as_secs(),
+                        states.trim().replace('\n', "; ")
                     ),
                     log: self.slurmctld_log(),
                     tail: tail_of(&self.slurmctld_log(), 15),
@@ -641,6 +833,9 @@ rm -rf --one-file-system "$D""#;
                 let _ = w.kill();
                 let _ = w.wait();
             }
+        }
+        for node in self.slurmd_nodes() {
+            let _ = self.kill_slurmd(&node);
         }
         self.stop_child(|c| &mut c.slurmrestd);
         self.stop_child(|c| &mut c.slurmctld);
