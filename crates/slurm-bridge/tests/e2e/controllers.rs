@@ -107,6 +107,7 @@ impl Env {
                 self.scontrol_job(id)
             );
         }
+        let slurm_names = self.slurm_names().await;
         for p in pods.iter().filter(|p| !is_terminal(p)) {
             let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                 continue;
@@ -120,9 +121,10 @@ impl Env {
             let job = self.rest.job(id).await.expect("job of a bound pod exists");
             let allocated =
                 slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
+            let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
             assert!(
-                allocated.iter().any(|n| n == node),
-                "pod {} runs on {node}, not on its job {id}'s nodes {allocated:?}",
+                allocated.iter().any(|n| n == slurm_node),
+                "pod {} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
                 p.name_any()
             );
         }
