@@ -7,10 +7,11 @@
 mod e2e;
 
 use e2e::controllers::Controllers;
-use e2e::{Env, NS, SCHEDULER, job_id_of, pod};
+use e2e::{Env, NS, SCHEDULER, allocated, claim_name, job_id_of};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slurm_bridge::controllers::node::slurm_view::CONDITION_TYPE;
 use slurm_bridge::wellknown::{LABEL_EXTERNAL_NODE, LABEL_SLURM_NODENAME, TAINT_MANAGED_NODE};
@@ -143,6 +144,12 @@ async fn wait_no_external_job(env: &Env) {
         env.active_job_ids().is_empty().then_some(())
     })
     .await;
+}
+
+/// A bridge pod running `sleep infinity`, stopped 1 s after its deletion.
+fn pod(name: &str, annotations: Value, mut spec_extra: Value) -> Value {
+    spec_extra["terminationGracePeriodSeconds"] = json!(1);
+    e2e::pod(name, annotations, spec_extra)
 }
 
 fn pending_reason(message: &str) -> bool {
@@ -337,44 +344,124 @@ fn cpu_ids(env: &Env, id: &str) -> BTreeSet<u32> {
         .collect()
 }
 
-/// 3. A pod (2 CPUs, not exclusive) and a batch job (6 CPUs) run on one 8-CPU node at once, on
-/// disjoint cores.
+/// A `dra.cpu` DeviceClass and a slice for `node` as the CPU DRA driver would publish for an
+/// 8-core host with one thread per core: device `cpuN` is machine CPU N on core N.
+async fn publish_cpu_slice(env: &Env, node: &str) {
+    let classes: Api<DeviceClass> = Api::all(env.kube.clone());
+    let dc: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "dra.cpu"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"dra.cpu\""}}]},
+    }))
+    .unwrap();
+    classes.create(&PostParams::default(), &dc).await.unwrap();
+    let devices: Vec<Value> = (0..8)
+        .map(|id| {
+            json!({"name": format!("cpu{id}"), "attributes": {
+                "dra.cpu/cpuID": {"int": id}, "dra.cpu/coreID": {"int": id},
+                "dra.cpu/socketID": {"int": 0}, "dra.cpu/coreType": {"int": 2}}})
+        })
+        .collect();
+    let slice: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{node}-cpu")},
+        "spec": {"driver": "dra.cpu", "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices},
+    }))
+    .unwrap();
+    Api::<ResourceSlice>::all(env.kube.clone())
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap();
+}
+
+/// 3. Pods (2 CPUs each, not exclusive; one of them through the `dra.cpu` DRA class) and a batch
+/// job (4 CPUs) run on one 8-CPU node at once, on disjoint cores; the DRA pod's claim names
+/// exactly the cores Slurm gave its job.
 #[tokio::test]
-async fn a_pod_and_a_batch_job_share_one_node_on_disjoint_cores() {
+async fn pods_and_a_batch_job_share_one_node_on_disjoint_cores() {
     let mut env = Env::start_hybrid(1, Policy::default(), |_| {}).await;
+    publish_cpu_slice(&env, "node-1").await;
     env.start_scheduler().await;
     let _controllers = Controllers::start(&env, |_| {}).await;
 
+    let shared = json!({"slurmjob.slinky.slurm.net/exclusive": "false"});
     env.create_pod(pod(
         "small",
-        json!({"slurmjob.slinky.slurm.net/exclusive": "false"}),
+        shared.clone(),
         json!({"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
                 "resources": {"requests": {"cpu": "2", "memory": "100Mi"}}}]}),
     ))
     .await;
     let small = env.wait_bound(&["small".into()], WAIT).await.remove(0);
-    let batch = sbatch(&env, &["-n", "6", "--mem=1000", "--wrap", "sleep 300"]);
+    let batch = sbatch(&env, &["-n", "4", "--mem=1000", "--wrap", "sleep 300"]);
     wait_job_state(&env, &batch, "RUNNING").await;
-    assert_eq!(job_field(&env, &batch, "NodeList"), "node-1");
-    assert_eq!(node_of(&small), "node-1");
-    let pod_job = job_id_of(&small).to_string();
-    assert!(env.job_running(job_id_of(&small)).await);
-    let (pod_cpus, batch_cpus) = (cpu_ids(&env, &pod_job), cpu_ids(&env, &batch));
-    assert_eq!(pod_cpus.len(), 2, "{pod_cpus:?}");
-    assert_eq!(batch_cpus.len(), 6, "{batch_cpus:?}");
-    assert!(
-        pod_cpus.is_disjoint(&batch_cpus),
-        "pod {pod_cpus:?} and batch job {batch_cpus:?} overlap"
-    );
-    env.assert_invariants().await;
+    let dra = "deviceclass.resource.kubernetes.io/dra.cpu";
+    env.create_pod(pod(
+        "cpu-claim",
+        shared,
+        json!({"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "infinity"],
+                "resources": {"requests": {dra: "2", "memory": "100Mi"}, "limits": {dra: "2"}}}]}),
+    ))
+    .await;
+    let claimed = env.wait_bound(&["cpu-claim".into()], WAIT).await.remove(0);
 
-    // The pod goes: its job ends, the batch job keeps running.
-    env.pods()
-        .delete("small", &DeleteParams::default())
+    assert_eq!(job_field(&env, &batch, "NodeList"), "node-1");
+    let mut seen = BTreeSet::new();
+    let mut sets = Vec::new();
+    for (what, id, want) in [
+        ("pod small", job_id_of(&small).to_string(), 2),
+        ("batch job", batch.clone(), 4),
+        ("pod cpu-claim", job_id_of(&claimed).to_string(), 2),
+    ] {
+        assert_eq!(job_field(&env, &id, "JobState"), "RUNNING", "{what}");
+        let cpus = cpu_ids(&env, &id);
+        assert_eq!(cpus.len(), want, "{what}: {cpus:?}");
+        assert!(
+            seen.is_disjoint(&cpus),
+            "{what}'s {cpus:?} overlaps {seen:?}"
+        );
+        seen.extend(cpus.iter().copied());
+        sets.push(cpus);
+    }
+    for p in [&small, &claimed] {
+        assert_eq!(node_of(p), "node-1");
+    }
+    // The claim names exactly the machine CPUs of the job's cores.
+    let claim = Api::<ResourceClaim>::namespaced(env.kube.clone(), NS)
+        .get(&claim_name(&claimed).expect("a claim for the dra.cpu pod"))
         .await
         .unwrap();
-    env.wait_pod("small", "gone", WAIT, |p| p.is_none()).await;
+    let devices: BTreeSet<String> = allocated(&claim)
+        .into_iter()
+        .map(|(driver, pool, device)| {
+            assert_eq!((driver.as_str(), pool.as_str()), ("dra.cpu", "node-1"));
+            device
+        })
+        .collect();
+    let want: BTreeSet<String> = sets[2].iter().map(|c| format!("cpu{c}")).collect();
+    assert_eq!(devices, want);
+    env.assert_invariants().await;
+
+    // The pods go: their jobs end and the claim is deleted; the batch job keeps running.
+    for name in ["small", "cpu-claim"] {
+        env.pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_pod(name, "gone", WAIT, |p| p.is_none()).await;
+    }
     wait_no_external_job(&env).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
+    wait_for("the claim deleted", WAIT, async || {
+        claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     assert_eq!(job_field(&env, &batch, "JobState"), "RUNNING");
     env.assert_invariants().await;
     env.slurm.run(&["scancel", &batch]).unwrap();
@@ -642,16 +729,23 @@ async fn reservations_and_licenses_are_shared_by_batch_jobs_and_pods() {
     env.create_pod(pod("licensed", lic.clone(), json!({})))
         .await;
     env.wait_bound(&["licensed".into()], WAIT).await;
-    let batch2 = sbatch(
-        &env,
-        &["-n", "1", "--mem=100", "-L", "lic:1", "--wrap", "sleep 300"],
-    );
     env.create_pod(pod("unlicensed", lic, json!({}))).await;
     let msg = env
         .wait_condition("unlicensed", "SlurmJobPending", WAIT)
         .await;
     assert!(msg.contains("Licenses"), "{msg}");
-    assert_eq!(job_field(&env, &batch2, "Reason"), "Licenses");
+    // A batch job behind it waits too (for licenses, or behind the pod's older job).
+    let batch2 = sbatch(
+        &env,
+        &["-n", "1", "--mem=100", "-L", "lic:1", "--wrap", "sleep 300"],
+    );
+    wait_for("the second batch job pending", WAIT, async || {
+        let reason = job_field(&env, &batch2, "Reason");
+        (job_field(&env, &batch2, "JobState") == "PENDING"
+            && ["Licenses", "Priority"].contains(&reason.as_str()))
+        .then_some(())
+    })
+    .await;
     env.assert_invariants().await;
 
     // The licensed pod goes: its license passes to one of the two waiting.
