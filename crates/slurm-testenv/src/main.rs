@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use slurm_testenv::conf::{Partition, Policy, PreemptMode};
-use slurm_testenv::{Instance, InstanceOptions};
+use slurm_testenv::{Daemon, Instance, InstanceOptions};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -51,6 +51,24 @@ enum Cmd {
         name: String,
         #[command(flatten)]
         shape: Shape,
+    },
+    /// Pause a daemon (SIGSTOP): `slurmctld`, `slurmrestd` or `slurmd:NODE`; it answers nothing until resumed.
+    Pause {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
+    },
+    /// Resume a paused daemon (SIGCONT).
+    Resume {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
+    },
+    /// Kill a daemon (SIGKILL, as a crash) and start it again with its saved state.
+    Restart {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
     },
     /// Build (or check) the cached root file system only.
     Prepare,
@@ -222,6 +240,21 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
             loop {
                 std::thread::park();
             }
+        }
+        Cmd::Pause { name, daemon } => {
+            running(&name)?.pause(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} paused");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Resume { name, daemon } => {
+            running(&name)?.resume(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} resumed");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Restart { name, daemon } => {
+            running(&name)?.restart(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} restarted");
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Prepare => {
             let rootfs = slurm_testenv::rootfs::ensure()?;

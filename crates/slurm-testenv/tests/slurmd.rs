@@ -2,7 +2,7 @@
 //! preemption, licenses, a lost slurmd. These tests need root and run in CI.
 
 use slurm_testenv::conf::{Partition, Policy, PreemptMode};
-use slurm_testenv::{Instance, InstanceOptions};
+use slurm_testenv::{Daemon, Instance, InstanceOptions};
 use std::time::{Duration, Instant};
 
 fn start(slurmd_nodes: u32, nodes: u32, policy: Policy) -> Instance {
@@ -224,4 +224,44 @@ fn a_killed_slurmd_takes_its_node_down_and_a_restart_brings_it_back() {
     assert_eq!(node_state(&inst, "node-1"), "idle");
     inst.start_slurmd("node-2").unwrap();
     assert_eq!(node_state(&inst, "node-2"), "idle");
+}
+
+#[test]
+fn slurmctld_restarts_with_its_state_and_daemons_pause_and_resume() {
+    let inst = start(1, 1, Policy::default());
+    let id = submit(&inst, &["--mem=100", "--wrap", "sleep 300"]);
+    wait_job_state(&inst, &id, "RUNNING", Duration::from_secs(20));
+
+    // A restart of slurmctld keeps the running job and the dynamic external node.
+    inst.restart(&Daemon::Slurmctld).unwrap();
+    assert_eq!(job_field(&inst, &id, "JobState"), "RUNNING");
+    let nodes = inst.run(&["sinfo", "-h", "-N", "-o", "%N"]).unwrap();
+    assert!(nodes.contains("node-2"), "{nodes}");
+    let next = submit(&inst, &["--mem=100", "--wrap", "true"]);
+    wait_job_state(&inst, &next, "COMPLETED", Duration::from_secs(30));
+
+    // A paused slurmctld answers nothing; resumed, it does again.
+    inst.pause(&Daemon::Slurmctld).unwrap();
+    let out = inst.exec(&["timeout", "3", "scontrol", "ping"]).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("is UP"),
+        "a paused slurmctld answered: {out:?}"
+    );
+    inst.resume(&Daemon::Slurmctld).unwrap();
+    wait_for("slurmctld UP again", Duration::from_secs(30), || {
+        let out = inst.exec(&["scontrol", "ping"]).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (!text.contains("is UP")).then_some(text)
+    });
+
+    // slurmrestd and slurmd restart too; an unknown daemon is a clear error.
+    inst.restart(&Daemon::Slurmrestd).unwrap();
+    inst.restart(&Daemon::Slurmd("node-1".into())).unwrap();
+    let err = inst.pause(&Daemon::Slurmd("node-7".into())).unwrap_err();
+    assert!(err.to_string().contains("node-7"), "{err}");
+    assert!("slurmd:".parse::<Daemon>().is_err());
+    assert_eq!(
+        "slurmd:node-1".parse::<Daemon>(),
+        Ok(Daemon::Slurmd("node-1".into()))
+    );
 }
