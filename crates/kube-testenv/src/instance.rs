@@ -74,12 +74,12 @@ struct Meta {
 /// A running control plane. Dropping it stops every process and removes its state.
 pub struct Instance {
     name: String,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     bin_dir: PathBuf,
     server: String,
     client: kube::Client,
     /// The daemons (and the watchdog), stopped together on drop.
-    launcher: Launcher,
+    pub(crate) launcher: Launcher,
     agent: Option<AgentHandle>,
     startup: Duration,
 }
@@ -287,6 +287,7 @@ impl Instance {
             dir: dir.clone(),
             children: Vec::new(),
             pgid: 0,
+            specs: Vec::new(),
         };
         match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
             Ok((client, agent)) => {
@@ -605,13 +606,15 @@ fn env_lines(dir: &Path) -> String {
 
 /// The daemons of one instance: one process group, led by the first one started.
 pub(crate) struct Launcher {
-    dir: PathBuf,
-    children: Vec<(&'static str, Child)>,
-    pgid: i32,
+    pub(crate) dir: PathBuf,
+    pub(crate) children: Vec<(&'static str, Child)>,
+    pub(crate) pgid: i32,
+    /// How each daemon was started (binary, arguments), to start it again (crate::faults).
+    pub(crate) specs: Vec<(&'static str, PathBuf, Vec<String>)>,
 }
 
 impl Launcher {
-    fn log_path(&self, component: &str) -> PathBuf {
+    pub(crate) fn log_path(&self, component: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{component}.log"))
     }
 
@@ -623,7 +626,11 @@ impl Launcher {
         args: &[String],
     ) -> Result<()> {
         let log_path = self.log_path(component);
-        let log = fs::File::create(&log_path)
+        // Appended: a daemon started again (crate::faults) keeps its earlier log.
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
             .map_err(Error::io(format!("create {}", log_path.display())))?;
         let err = log.try_clone().map_err(Error::io("clone log handle"))?;
         let child = Command::new(binary)
@@ -641,6 +648,10 @@ impl Launcher {
         }
         tracing::debug!(component, pid = child.id(), "kube-testenv: started");
         self.children.push((component, child));
+        if !self.specs.iter().any(|(c, _, _)| *c == component) {
+            self.specs
+                .push((component, binary.to_path_buf(), args.to_vec()));
+        }
         if first {
             self.spawn_watchdog()?;
         }
@@ -705,7 +716,11 @@ impl Launcher {
         .await
     }
 
-    async fn wait_until_async<F, Fut>(&mut self, component: &'static str, ready: F) -> Result<()>
+    pub(crate) async fn wait_until_async<F, Fut>(
+        &mut self,
+        component: &'static str,
+        ready: F,
+    ) -> Result<()>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = bool>,
@@ -823,7 +838,7 @@ pub async fn client_for(path: &Path) -> Result<kube::Client> {
 
 /// Readiness polls of the API server. Not through `kube::Client`, whose tracing layer logs every
 /// expected 500 of a starting server as an error.
-struct Probe {
+pub(crate) struct Probe {
     server: String,
     http: hyper_util::client::legacy::Client<
         hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
@@ -832,7 +847,7 @@ struct Probe {
 }
 
 impl Probe {
-    async fn new(kubeconfig: &Path) -> Result<Probe> {
+    pub(crate) async fn new(kubeconfig: &Path) -> Result<Probe> {
         use kube::client::ConfigExt;
         let kc = kube::config::Kubeconfig::read_from(kubeconfig)
             .map_err(|e| Error::Invalid(format!("read {}: {e}", kubeconfig.display())))?;
@@ -857,7 +872,7 @@ impl Probe {
     }
 
     /// True when GET `path` answers 200.
-    async fn ok(&self, path: &str) -> bool {
+    pub(crate) async fn ok(&self, path: &str) -> bool {
         let Ok(uri) = format!("{}{path}", self.server).parse::<http::Uri>() else {
             return false;
         };
@@ -869,7 +884,7 @@ impl Probe {
 }
 
 /// Plain-HTTP GET on loopback (etcd's /health); the body when the status is 200.
-fn http_get_plain(port: u16, path: &str) -> Option<String> {
+pub(crate) fn http_get_plain(port: u16, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect_timeout(
         &([127, 0, 0, 1], port).into(),
         Duration::from_millis(500),

@@ -16,6 +16,7 @@ pub mod agent;
 pub mod binaries;
 pub mod crds;
 pub mod error;
+pub mod faults;
 mod instance;
 pub mod paths;
 mod pki;
@@ -24,6 +25,7 @@ mod workloads;
 
 pub use agent::NodeSpec;
 pub use error::{Error, Result};
+pub use faults::Daemon;
 pub use instance::{
     Attached, FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
