@@ -3,7 +3,8 @@
 //! nothing answers) and resumed, and etcd compacted.
 
 use crate::error::{Error, Result};
-use crate::instance::{Instance, Launcher, Probe, http_get_plain};
+use crate::instance::Instance;
+use crate::launcher::{Launcher, Probe, http_get_plain};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
