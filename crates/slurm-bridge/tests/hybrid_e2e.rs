@@ -6,7 +6,7 @@
 
 mod e2e;
 
-use e2e::controllers::Controllers;
+use e2e::controllers::{Controllers, disruption};
 use e2e::{Env, NS, SCHEDULER, allocated, claim_name, job_id_of};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
@@ -138,6 +138,18 @@ async fn wait_job_succeeded(env: &Env, job: &str, n: i32) {
     .await;
 }
 
+/// Deletes pods `names` and waits until each is gone (its containers stopped, its finalizer
+/// released).
+async fn delete_pods(env: &Env, names: &[&str]) {
+    for name in names {
+        env.pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_pod(name, "gone", WAIT, |p| p.is_none()).await;
+    }
+}
+
 /// Waits until Slurm runs no external job (every pod's job has ended with its pod).
 async fn wait_no_external_job(env: &Env) {
     wait_for("no live external job", WAIT, async || {
@@ -215,21 +227,6 @@ async fn batch_jobs_and_pods_take_turns_on_the_same_nodes() {
     wait_no_external_job(&env).await;
     env.assert_invariants().await;
     env.slurm.run(&["scancel", &batch]).unwrap();
-}
-
-fn disruption(p: &Pod) -> Option<(String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
-        .map(|c| {
-            (
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 /// 2. Preemption both ways, by partition priority tier (`high` over `slurm-bridge`).
@@ -443,13 +440,7 @@ async fn pods_and_a_batch_job_share_one_node_on_disjoint_cores() {
     env.assert_invariants().await;
 
     // The pods go: their jobs end and the claim is deleted; the batch job keeps running.
-    for name in ["small", "cpu-claim"] {
-        env.pods()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-        env.wait_pod(name, "gone", WAIT, |p| p.is_none()).await;
-    }
+    delete_pods(&env, &["small", "cpu-claim"]).await;
     wait_no_external_job(&env).await;
     let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
     wait_for("the claim deleted", WAIT, async || {
@@ -708,13 +699,7 @@ async fn reservations_and_licenses_are_shared_by_batch_jobs_and_pods() {
         "maint"
     );
     env.assert_invariants().await;
-    for name in ["reserved", "unreserved"] {
-        env.pods()
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-        env.wait_pod(name, "gone", WAIT, |p| p.is_none()).await;
-    }
+    delete_pods(&env, &["reserved", "unreserved"]).await;
     wait_no_external_job(&env).await;
     scontrol(&env, &["delete", "reservationname=maint"]);
 
@@ -749,12 +734,7 @@ async fn reservations_and_licenses_are_shared_by_batch_jobs_and_pods() {
     env.assert_invariants().await;
 
     // The licensed pod goes: its license passes to one of the two waiting.
-    env.pods()
-        .delete("licensed", &DeleteParams::default())
-        .await
-        .unwrap();
-    env.wait_pod("licensed", "gone", WAIT, |p| p.is_none())
-        .await;
+    delete_pods(&env, &["licensed"]).await;
     wait_for("a waiting job takes the freed license", WAIT, async || {
         let batch_runs = job_field(&env, &batch2, "JobState") == "RUNNING";
         let pod_bound = !node_of(&env.pods().get("unlicensed").await.unwrap()).is_empty();

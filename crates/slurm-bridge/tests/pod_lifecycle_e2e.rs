@@ -3,7 +3,7 @@
 
 mod e2e;
 
-use e2e::controllers::Controllers;
+use e2e::controllers::{Controllers, disruption};
 use e2e::{Env, job_id_of, pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -20,21 +20,6 @@ fn phase(p: &Pod) -> Option<&str> {
 
 fn has_finalizer(p: &Pod) -> bool {
     p.finalizers().iter().any(|f| f == FINALIZER)
-}
-
-fn disruption(p: &Pod) -> Option<(String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
-        .map(|c| {
-            (
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 /// A pod whose one container runs `sleep <secs>` and is killed `grace` seconds after deletion.

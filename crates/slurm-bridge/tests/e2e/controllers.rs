@@ -71,6 +71,22 @@ impl Drop for Controllers {
     }
 }
 
+/// The pod's `DisruptionTarget=True` condition, as (reason, message).
+pub fn disruption(p: &Pod) -> Option<(String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
 fn is_terminal(p: &Pod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
