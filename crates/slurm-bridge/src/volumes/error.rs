@@ -40,19 +40,16 @@ pub enum VolumeError {
         name: String,
         value: String,
     },
-    /// After allocation: no available PV matching the claim is on the chosen node.
+    /// After allocation: no available PV matching the claim is on the chosen node; `wanted`
+    /// describes what a PV must offer.
     #[error(
-        "no available persistent volume for claim {claim} on node {node} (wanted class \
-         {class:?}, at least {request} bytes, access modes {modes:?}, volume mode {mode}, \
+        "no available persistent volume for claim {claim} on node {node} (wanted {wanted}, \
          node affinity matching the node, not reserved by another pod)"
     )]
     NoVolumeOnNode {
         claim: String,
         node: String,
-        class: String,
-        request: String,
-        modes: Vec<String>,
-        mode: String,
+        wanted: String,
     },
     /// After allocation: the claim can only be served on another node (its PV's node affinity,
     /// the class's allowed topologies, or a `volume.kubernetes.io/selected-node` already set).

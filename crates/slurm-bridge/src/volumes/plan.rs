@@ -205,10 +205,13 @@ pub fn plan_pod(
             Err(VolumeError::NoVolumeOnNode {
                 claim: need.name.clone(),
                 node: node_name,
-                class: need.class.clone(),
-                request: claim_request(need.pvc)?.ceil_units().to_string(),
-                modes: claim_modes(need.pvc),
-                mode: claim_volume_mode(need.pvc).to_string(),
+                wanted: format!(
+                    "class {:?}, at least {} bytes, access modes {:?}, volume mode {}",
+                    need.class,
+                    claim_request(need.pvc)?.ceil_units(),
+                    claim_modes(need.pvc),
+                    claim_volume_mode(need.pvc),
+                ),
             })
         }
         Err(Reject { need, reason }) => Err(VolumeError::WrongNode {
