@@ -137,75 +137,97 @@ fn pvc_is_bound(pvc: &PersistentVolumeClaim) -> bool {
         .is_some_and(|v| !v.is_empty())
 }
 
+/// Attempts per undo write: a 409 (changed meanwhile) re-reads and decides again.
+const UNDO_ATTEMPTS: usize = 3;
+
 /// Takes back what `applied` records, best effort: a claimRef only while it still names our
 /// PVC and the PVC is not bound yet, a selected-node annotation only while the PVC is not
 /// bound. Returns the errors met (an absent object counts as undone).
 pub async fn undo(client: &kube::Client, applied: &Applied) -> Vec<VolumeError> {
-    let ns = &applied.namespace;
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let mut errors = Vec::new();
-    for (pv_name, claim) in &applied.pvs {
-        let res: Result<(), VolumeError> = async {
-            let read = format!("reading persistentvolumeclaim {ns}/{claim}");
-            let Some(pvc) = pvcs.get_opt(claim).await.map_err(api_err(read))? else {
-                return Ok(());
-            };
-            let read = format!("reading persistentvolume {pv_name}");
-            let Some(pv) = pvs.get_opt(pv_name).await.map_err(api_err(read))? else {
-                return Ok(());
-            };
-            if pvc_is_bound(&pvc) || !claim_ref_is(&pv, &pvc) {
-                return Ok(());
-            }
-            let patch = json!({
-                "metadata": {
-                    "resourceVersion": pv.metadata.resource_version,
-                    "annotations": { ANN_BOUND_BY_CONTROLLER: null },
-                },
-                "spec": { "claimRef": null },
-            });
-            match pvs
-                .patch(pv_name, &PatchParams::default(), &Patch::Merge(&patch))
+    for (pv, claim) in &applied.pvs {
+        errors.extend(
+            undo_one(client, &applied.namespace, claim, Some(pv))
                 .await
-            {
-                // Changed meanwhile (the PV controller binding it): leave it.
-                Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
-                r => r.map(|_| ()).map_err(api_err(format!(
-                    "clearing claimRef of persistentvolume {pv_name}"
-                ))),
-            }
-        }
-        .await;
-        errors.extend(res.err());
+                .err(),
+        );
     }
     for claim in &applied.selected {
-        let res: Result<(), VolumeError> = async {
-            let read = format!("reading persistentvolumeclaim {ns}/{claim}");
-            let Some(pvc) = pvcs.get_opt(claim).await.map_err(api_err(read))? else {
-                return Ok(());
-            };
-            if pvc_is_bound(&pvc) {
-                return Ok(());
-            }
-            let patch = json!({ "metadata": {
-                "resourceVersion": pvc.metadata.resource_version,
-                "annotations": { ANN_SELECTED_NODE: null },
-            }});
-            match pvcs
-                .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+        errors.extend(
+            undo_one(client, &applied.namespace, claim, None)
                 .await
-            {
-                Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
-                r => r.map(|_| ()).map_err(api_err(format!(
-                    "removing {ANN_SELECTED_NODE} from persistentvolumeclaim {ns}/{claim}"
-                ))),
-            }
-        }
-        .await;
-        errors.extend(res.err());
+                .err(),
+        );
     }
     errors
+}
+
+/// Clears our claimRef from `pv` (when given) or our selected-node annotation from the claim.
+async fn undo_one(
+    client: &kube::Client,
+    ns: &str,
+    claim: &str,
+    pv_name: Option<&str>,
+) -> Result<(), VolumeError> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for _ in 0..UNDO_ATTEMPTS {
+        let read = format!("reading persistentvolumeclaim {ns}/{claim}");
+        let Some(pvc) = pvcs.get_opt(claim).await.map_err(api_err(read))? else {
+            return Ok(());
+        };
+        if pvc_is_bound(&pvc) {
+            return Ok(());
+        }
+        let result = match pv_name {
+            Some(pv_name) => {
+                let read = format!("reading persistentvolume {pv_name}");
+                let Some(pv) = pvs.get_opt(pv_name).await.map_err(api_err(read))? else {
+                    return Ok(());
+                };
+                if !claim_ref_is(&pv, &pvc) {
+                    return Ok(());
+                }
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": pv.metadata.resource_version,
+                        "annotations": { ANN_BOUND_BY_CONTROLLER: null },
+                    },
+                    "spec": { "claimRef": null },
+                });
+                let pp = PatchParams::default();
+                pvs.patch(pv_name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                let patch = json!({ "metadata": {
+                    "resourceVersion": pvc.metadata.resource_version,
+                    "annotations": { ANN_SELECTED_NODE: null },
+                }});
+                let pp = PatchParams::default();
+                pvcs.patch(claim, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) if is_status(&e, 409) => continue,
+            Err(e) => {
+                let what = match pv_name {
+                    Some(pv) => format!("clearing claimRef of persistentvolume {pv}"),
+                    None => format!("removing {ANN_SELECTED_NODE} from {ns}/{claim}"),
+                };
+                return Err(api_err(what)(e));
+            }
+        }
+    }
+    Err(VolumeError::UndoRaced {
+        claim: format!("{ns}/{claim}"),
+        attempts: UNDO_ATTEMPTS,
+    })
 }
 
 /// How many of a pod's claims are Bound, for a bounded wait before binding the pod.

@@ -66,6 +66,9 @@ pub enum VolumeError {
         claim: String,
         detail: String,
     },
+    /// Undoing a claim's reservation kept conflicting with other writers.
+    #[error("undoing the volume reservation of claim {claim}: changed by others {attempts} times")]
+    UndoRaced { claim: String, attempts: usize },
     /// A Kubernetes API call failed.
     #[error("{action}: {}", Brief(.source))]
     Api {

@@ -110,7 +110,7 @@ pub fn fit<'n>(
         let Some(name) = node.metadata.name.clone() else {
             continue;
         };
-        let verdict = match place_on_node(&needs, snap, namespace, node, &none)? {
+        let verdict = match place_on_node(&needs, snap, namespace, node, &none) {
             Ok(_) => None,
             Err(r) => Some(r.reason),
         };

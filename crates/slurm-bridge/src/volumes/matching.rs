@@ -70,13 +70,14 @@ pub fn claim_ref_is(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool 
         && uid_ok
 }
 
-/// The PV could serve the claim on the node, ignoring other pods' reservations.
+/// The PV could serve the claim on some node (everything but node affinity and this pass's
+/// reservations): free or pre-bound to it, available, same class, big enough, access modes
+/// a superset, same volume mode, labels matching the claim's selector.
 pub fn pv_fits(
     pv: &PersistentVolume,
     pvc: &PersistentVolumeClaim,
     class: &str,
     request: Quantity,
-    node: &Node,
 ) -> bool {
     let Some(spec) = pv.spec.as_ref() else {
         return false;
@@ -95,29 +96,40 @@ pub fn pv_fits(
         && modes_ok
         && pv_mode == claim_volume_mode(pvc)
         && label_selector_matches(selector, pv.metadata.labels.as_ref())
-        && pv_node_affinity_matches(pv, node)
 }
 
-/// The PV kube-scheduler would pick for the claim on the node: one pre-bound to the claim,
-/// else the smallest fitting one (then by name), skipping PVs for which `taken` is true.
-pub fn find_matching<'a>(
+/// The PVs that could serve the claim, in kube-scheduler's order of preference: one
+/// pre-bound to the claim first, then the smallest, then by name. Computed once per claim,
+/// so that checking many nodes only tests node affinity.
+pub fn candidates<'a>(
     snap: &'a VolumeSnapshot,
     pvc: &PersistentVolumeClaim,
     class: &str,
+) -> Result<Vec<&'a PersistentVolume>, VolumeError> {
+    let request = claim_request(pvc)?;
+    let mut pool: Vec<&PersistentVolume> = snap
+        .pvs()
+        .filter(|pv| pv_fits(pv, pvc, class, request))
+        .collect();
+    pool.sort_by(|a, b| {
+        let pre = |p: &PersistentVolume| !claim_ref_is(p, pvc);
+        pre(a)
+            .cmp(&pre(b))
+            .then_with(|| pv_capacity(a).cmp(&pv_capacity(b)))
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    Ok(pool)
+}
+
+/// The PV kube-scheduler's FindMatchingVolume would pick on the node: the first candidate
+/// whose node affinity admits the node, skipping PVs for which `taken` is true.
+pub fn pick<'a>(
+    candidates: &[&'a PersistentVolume],
     node: &Node,
     taken: &dyn Fn(&str) -> bool,
-) -> Result<Option<&'a PersistentVolume>, VolumeError> {
-    let request = claim_request(pvc)?;
-    let best = snap
-        .pvs()
-        .filter(|pv| !taken(pv.metadata.name.as_deref().unwrap_or_default()))
-        .filter(|pv| pv_fits(pv, pvc, class, request, node))
-        .min_by(|a, b| {
-            let pre = |p: &PersistentVolume| !claim_ref_is(p, pvc);
-            pre(a)
-                .cmp(&pre(b))
-                .then_with(|| pv_capacity(a).cmp(&pv_capacity(b)))
-                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
-        });
-    Ok(best)
+) -> Option<&'a PersistentVolume> {
+    candidates.iter().copied().find(|pv| {
+        !taken(pv.metadata.name.as_deref().unwrap_or_default())
+            && pv_node_affinity_matches(pv, node)
+    })
 }

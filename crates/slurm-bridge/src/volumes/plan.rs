@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::error::VolumeError;
-use super::matching::{claim_modes, claim_request, claim_volume_mode, find_matching};
+use super::matching::{claim_modes, claim_request, claim_volume_mode, pick};
 use super::selectors::{allowed_topologies_match, pv_node_affinity_matches};
 use super::snapshot::{ClaimNeed, Need, VolumeSnapshot, resolve};
 
@@ -69,35 +69,46 @@ impl VolumePlan {
     }
 }
 
-/// PVs already given to claims in this pass (by other pods of the gang): a PV is never given
-/// to two claims, and a claim shared by two pods keeps the PV it got first.
+/// What claims got earlier in this pass (other pods of the gang): a PV is never given to two
+/// claims, and a claim shared by two pods keeps the PV or node it got first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reserved {
-    by_pv: BTreeMap<String, (String, String)>,
-    by_claim: BTreeMap<(String, String), String>,
+    pvs: BTreeMap<String, (String, String)>,
+    claims: BTreeMap<(String, String), Given>,
+}
+
+/// What a claim got in this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Given {
+    Pv(String),
+    Node(String),
 }
 
 impl Reserved {
-    /// Records the PVs a plan reserves.
+    /// Records what a plan gives its claims.
     pub fn add(&mut self, plan: &VolumePlan) {
         for a in &plan.actions {
-            if let ClaimAction::BindPv { claim, pv } = a {
-                let key = (plan.namespace.clone(), claim.clone());
-                self.by_pv.insert(pv.clone(), key.clone());
-                self.by_claim.insert(key, pv.clone());
+            let key = (plan.namespace.clone(), a.claim().to_string());
+            match a {
+                ClaimAction::BindPv { pv, .. } => {
+                    self.pvs.insert(pv.clone(), key.clone());
+                    self.claims.insert(key, Given::Pv(pv.clone()));
+                }
+                ClaimAction::SelectNode { node, .. } => {
+                    self.claims.insert(key, Given::Node(node.clone()));
+                }
+                ClaimAction::Bound { .. } => {}
             }
         }
     }
 
     /// True when the PV was given to a claim in this pass.
     pub fn contains(&self, pv: &str) -> bool {
-        self.by_pv.contains_key(pv)
+        self.pvs.contains_key(pv)
     }
 
-    fn claim_pv(&self, namespace: &str, claim: &str) -> Option<&str> {
-        self.by_claim
-            .get(&(namespace.to_string(), claim.to_string()))
-            .map(String::as_str)
+    fn given(&self, namespace: &str, claim: &str) -> Option<&Given> {
+        self.claims.get(&(namespace.to_string(), claim.to_string()))
     }
 }
 
@@ -114,12 +125,12 @@ pub(crate) fn place_on_node<'a>(
     namespace: &str,
     node: &Node,
     reserved: &Reserved,
-) -> Result<Result<Vec<ClaimAction>, Reject<'a>>, VolumeError> {
+) -> Result<Vec<ClaimAction>, Reject<'a>> {
     let node_name = node.metadata.name.as_deref().unwrap_or_default();
     let mut chosen: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for n in needs {
-        let reject = |reason| Ok(Err(Reject { need: n, reason }));
+        let reject = |reason| Err(Reject { need: n, reason });
         let action = match n.need {
             Need::Bound(pv) => {
                 if !pv_node_affinity_matches(pv, node) {
@@ -142,16 +153,29 @@ pub(crate) fn place_on_node<'a>(
                 }
             }
             Need::Static | Need::Dynamic(_) => {
-                let pv = match reserved.claim_pv(namespace, &n.name) {
-                    // Shared with a gang mate planned earlier: same PV, if it is here.
-                    Some(pv) => snap
-                        .pv(pv)
-                        .filter(|p| pv_node_affinity_matches(p, node))
-                        .map(|_| pv.to_string()),
+                let pv = match reserved.given(namespace, &n.name) {
+                    // Shared with a gang mate planned earlier: the same PV or node, if here.
+                    Some(Given::Pv(pv)) => {
+                        if !snap
+                            .pv(pv)
+                            .is_some_and(|p| pv_node_affinity_matches(p, node))
+                        {
+                            return reject(REASON_AFFINITY);
+                        }
+                        Some(pv.clone())
+                    }
+                    Some(Given::Node(sel)) if sel == node_name => {
+                        out.push(ClaimAction::SelectNode {
+                            claim: n.name.clone(),
+                            node: node_name.to_string(),
+                            already: true,
+                        });
+                        continue;
+                    }
+                    Some(Given::Node(_)) => return reject(REASON_NO_PV),
                     None => {
                         let taken = |p: &str| reserved.contains(p) || chosen.iter().any(|c| c == p);
-                        find_matching(snap, n.pvc, &n.class, node, &taken)?
-                            .and_then(|p| p.metadata.name.clone())
+                        pick(&n.pool, node, &taken).and_then(|p| p.metadata.name.clone())
                     }
                 };
                 match (pv, n.need) {
@@ -178,7 +202,7 @@ pub(crate) fn place_on_node<'a>(
         };
         out.push(action);
     }
-    Ok(Ok(out))
+    Ok(out)
 }
 
 /// Plans the pod's volumes on the node Slurm chose. Call once per pod, in gang order, adding
@@ -193,14 +217,16 @@ pub fn plan_pod(
     let needs = resolve(pod, snap)?;
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let node_name = node.metadata.name.clone().unwrap_or_default();
-    match place_on_node(&needs, snap, &namespace, node, reserved)? {
+    match place_on_node(&needs, snap, &namespace, node, reserved) {
         Ok(actions) => Ok(VolumePlan {
             namespace,
             node: node_name,
             actions,
         }),
         Err(Reject { need, reason })
-            if reason == REASON_NO_PV && !matches!(need.need, Need::Selected(_)) =>
+            if reason == REASON_NO_PV
+                && matches!(need.need, Need::Static | Need::Dynamic(_))
+                && reserved.given(&namespace, &need.name).is_none() =>
         {
             Err(VolumeError::NoVolumeOnNode {
                 claim: need.name.clone(),

@@ -10,6 +10,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::claims::{check_owner, pod_claims};
 use super::error::VolumeError;
+use super::matching::candidates;
 
 /// The annotation kube-scheduler (and we) set on a dynamic claim to ask its provisioner for
 /// a volume on that node.
@@ -146,6 +147,8 @@ pub(crate) struct ClaimNeed<'a> {
     pub pvc: &'a PersistentVolumeClaim,
     pub class: String,
     pub need: Need<'a>,
+    /// For unbound claims: the PVs that could serve it, best first (see `candidates`).
+    pub pool: Vec<&'a PersistentVolume>,
 }
 
 /// True when the PVC is bound for good: `spec.volumeName` set and the PV controller has
@@ -223,11 +226,16 @@ pub(crate) fn resolve<'a>(
                 None => Need::Dynamic(sc),
             }
         };
+        let pool = match need {
+            Need::Static | Need::Dynamic(_) => candidates(snap, pvc, &class)?,
+            Need::Bound(_) | Need::Selected(_) => Vec::new(),
+        };
         out.push(ClaimNeed {
             name: claim.claim,
             pvc,
             class,
             need,
+            pool,
         });
     }
     if immediate {

@@ -241,3 +241,39 @@ fn plan_helpers() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_claim_shared_by_a_gang_keeps_what_it_got_first() {
+    let snap = snapshot(
+        vec![
+            pvc("s", json!("local"), "1Gi"),
+            pvc("d", json!("fast"), "1Gi"),
+        ],
+        vec![local_pv("x", "1Gi", "n1"), local_pv("y", "1Gi", "n2")],
+        classes(),
+    );
+    let both = || {
+        json!([
+            { "name": "s", "persistentVolumeClaim": { "claimName": "s" } },
+            { "name": "d", "persistentVolumeClaim": { "claimName": "d" } }])
+    };
+    let (p0, p1) = (pod_named("p0", both()), pod_named("p1", both()));
+    let mut reserved = Reserved::default();
+    let first = plan_pod(&p0, &snap, &node("n1"), &reserved).expect("first pod");
+    assert_eq!(
+        first.actions,
+        vec![bind("s", "x"), select("d", "n1", false)]
+    );
+    reserved.add(&first);
+    assert!(reserved.contains("x") && !reserved.contains("y"));
+    let same = plan_pod(&p1, &snap, &node("n1"), &reserved).expect("same node");
+    assert_eq!(same.actions, vec![bind("s", "x"), select("d", "n1", true)]);
+    let other = plan_pod(&p1, &snap, &node("n2"), &reserved).map_err(|e| e.to_string());
+    assert_eq!(
+        other,
+        Err(
+            "claim s cannot be served on node n2: node(s) had volume node affinity conflict"
+                .to_string()
+        )
+    );
+}
