@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod bind_tests;
 mod plan_tests;
 mod pools;
 mod submit;
