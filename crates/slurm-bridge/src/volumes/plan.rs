@@ -102,7 +102,13 @@ impl Reserved {
         }
     }
 
-    /// True when the PV was given to a claim in this pass.
+    /// Keeps the PV out of this pass: after [`VolumeError::PvTaken`], before planning again
+    /// with a snapshot that may not show the other writer's change yet.
+    pub fn exclude(&mut self, pv: &str) {
+        self.pvs.entry(pv.to_string()).or_default();
+    }
+
+    /// True when the PV was given to a claim in this pass (or excluded).
     pub fn contains(&self, pv: &str) -> bool {
         self.pvs.contains_key(pv)
     }

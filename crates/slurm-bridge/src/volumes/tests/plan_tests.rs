@@ -266,6 +266,24 @@ fn a_claim_shared_by_a_gang_keeps_what_it_got_first() {
     );
     reserved.add(&first);
     assert!(reserved.contains("x") && !reserved.contains("y"));
+    let mut lost = reserved.clone();
+    lost.exclude("x");
+    let solo = plan_pod(
+        &pod(claim_vol("t")),
+        &snapshot(
+            vec![pvc("t", json!("local"), "1Gi")],
+            vec![local_pv("x", "1Gi", "n1"), local_pv("x2", "1Gi", "n1")],
+            classes(),
+        ),
+        &node("n1"),
+        &lost,
+    );
+    let solo = solo.map(|p| p.actions).map_err(|e| e.to_string());
+    assert_eq!(
+        solo,
+        Ok(vec![bind("t", "x2")]),
+        "an excluded PV is not offered again"
+    );
     let same = plan_pod(&p1, &snap, &node("n1"), &reserved).expect("same node");
     assert_eq!(same.actions, vec![bind("s", "x"), select("d", "n1", true)]);
     let other = plan_pod(&p1, &snap, &node("n2"), &reserved).map_err(|e| e.to_string());
