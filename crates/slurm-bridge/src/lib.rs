@@ -16,5 +16,6 @@ pub mod resources;
 pub mod scheduler;
 pub mod server;
 pub mod slurm;
+pub mod volumes;
 pub mod wellknown;
 pub mod workload;
