@@ -1,6 +1,5 @@
 //! The Kubernetes writes against a real control plane (kube-apiserver and the PV controller
-//! of kube-controller-manager). Slow, so ignored by default:
-//! `cargo test -p slurm-bridge --lib volumes -- --ignored`.
+//! of kube-controller-manager), about 7 s: the one unit test here that needs kube-testenv.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +52,6 @@ fn api_pv(name: &str, host: &str) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "starts a Kubernetes control plane; run with --ignored"]
 async fn claim_ref_is_completed_by_the_pv_controller_and_races_are_detected() {
     let env = kube_testenv::Instance::start(kube_testenv::InstanceOptions::default())
         .await
