@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The main job: a short demo of slurm-bridge on real Slurm and a real Kubernetes control plane.
-#   real Slurm 26.05 (slurm-testenv), with no node yet
+#   real Slurm 26.05 (slurm-testenv) with two hybrid nodes node-1, node-2 run by real slurmd
 #   + a real Kubernetes control plane (kube-testenv: kube-apiserver, etcd,
-#     kube-controller-manager, and a node agent playing the kubelets) with nodes node-1..node-6
+#     kube-controller-manager, and a node agent playing the kubelets) with nodes node-1..node-8
 #   + slurm-bridge run (the scheduler and the controllers in one process),
-# labels the 6 nodes as external nodes (the node controller registers them in Slurm), then
+# labels node-3..node-8 as external nodes (the node controller registers them in Slurm), then
 # applies examples/*.yaml with kubectl (a bare pod, a Job of 2 that runs 15 s, a gang of 3),
 # prints each pod as it binds (pod -> Slurm job -> node), the table, the same from Slurm's side,
 # the Job running to completion (its Slurm jobs end with its pods), and a DRA GPU pod: a node's
 # ResourceSlice registers its GPUs in Slurm, and the pod gets a ResourceClaim naming the GPU
-# indices Slurm allocated (examples/dra/).
+# indices Slurm allocated (examples/dra/). Last, the hybrid nodes: an sbatch job and a Kubernetes
+# Job take turns on node-1 and node-2, and a pod of a higher-tier partition preempts a batch job
+# (examples/hybrid/), with squeue and kubectl side by side.
 #
 #   hack/demo.sh          run it, then stop everything (the logs stay in the work folder)
 #   hack/demo.sh --keep   leave slurm-bridge, Slurm and Kubernetes running to explore
@@ -153,12 +155,12 @@ EOF
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "real Slurm, no node yet (slurm-testenv up)"
-eval "$($st up --name "$name" --nodes 0)"
+step "real Slurm with hybrid nodes node-1, node-2 run by slurmd; partition high preempts slurm-bridge (slurm-testenv up)"
+eval "$($st up --name "$name" --slurmd-nodes 2 --preempt requeue --partition high:10)"
 done_step up
 
-step "Kubernetes control plane with nodes node-1..node-6 (kube-testenv up)"
-eval "$($kt up --name "$name" --nodes 6)"
+step "Kubernetes control plane with nodes node-1..node-8 (kube-testenv up)"
+eval "$($kt up --name "$name" --nodes 8)"
 done_step up
 kc() { $kt exec --name "$name" -- kubectl "$@"; }
 
@@ -191,14 +193,15 @@ fi
 echo "$probe" >"$work/probe-address"
 done_step "ready, probes and metrics on http://$probe"
 
-step "label the nodes as external nodes; the node controller registers them in Slurm"
-kc annotate nodes --all scheduler.slinky.slurm.net/external-node-partitions=slurm-bridge >/dev/null
-kc label nodes --all scheduler.slinky.slurm.net/external-node=true >/dev/null
+step "label node-3..node-8 as external nodes; the node controller registers them in Slurm (node-1, node-2 are slurmd's)"
+external=(node-3 node-4 node-5 node-6 node-7 node-8)
+kc annotate nodes "${external[@]}" scheduler.slinky.slurm.net/external-node-partitions=slurm-bridge >/dev/null
+kc label nodes "${external[@]}" scheduler.slinky.slurm.net/external-node=true >/dev/null
 for _ in $(seq 300); do
-  [ "$($st exec --name "$name" -- sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)" -ge 6 ] && break
+  [ "$($st exec --name "$name" -- sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)" -ge 8 ] && break
   sleep 0.1
 done
-$st exec --name "$name" -- sinfo -N -o '%N %c %m %f %T'
+$st exec --name "$name" -- sinfo -N -p slurm-bridge -o '%N %c %m %f %T'
 done_step registered
 
 step "kubectl apply -f examples/pod.yaml -f examples/job.yaml -f examples/gang.yaml"
@@ -261,7 +264,7 @@ step "DRA: a node publishes 4 GPUs in a ResourceSlice; a pod asks for 2 and gets
 # A node no running pod uses (the Job's pods are done), so its re-registration with GRES is at once.
 busy=$(kc get pods --field-selector=status.phase=Running -o jsonpath='{.items[*].spec.nodeName}')
 gpu_node=
-for n in node-1 node-2 node-3 node-4 node-5 node-6; do
+for n in "${external[@]}"; do
   grep -qw "$n" <<<"$busy" || { gpu_node=$n; break; }
 done
 kc apply -f examples/dra/gpu-class.yaml >/dev/null
@@ -303,4 +306,57 @@ kc get resourceclaim "$claim" \
 done_step "bound with its claim"
 
 echo
-echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 7 pods bound, a Job completed, a GPU pod given its DRA claim)"
+step "hybrid nodes: the examples go (their Slurm jobs end with them); node-1 and node-2 are free for batch work"
+kc delete -f examples/pod.yaml -f examples/gang.yaml -f examples/dra/gpu-pod.yaml --grace-period=1 --wait=true >/dev/null
+for _ in $(seq 300); do
+  [ -z "$($st exec --name "$name" -- squeue -h -t PENDING,RUNNING -o %i)" ] && break
+  sleep 0.1
+done
+# squeue and kubectl side by side (the example pods of before left out).
+both() {
+  awk 'NR == FNR { left[FNR] = $0; n = FNR; next }
+       { right[FNR] = $0; m = FNR }
+       END { for (i = 1; i <= (n > m ? n : m); i++) printf "%-62s  %s\n", left[i], right[i] }' \
+    <($st exec --name "$name" -- squeue -o '%.4i %.15j %.12P %.8T %.10r %N') \
+    <(kc get pods -l 'batch.kubernetes.io/job-name!=compute' --sort-by=.metadata.name \
+      -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,WHY:.status.conditions[?(@.type=="PodScheduled")].message')
+}
+batch=$($st exec --name "$name" -- sbatch --parsable -J hpc-batch -N 2 -w node-1,node-2 --exclusive --wrap 'sleep 10')
+kc apply -f examples/hybrid/job.yaml
+for _ in $(seq 150); do
+  kc get pods -l batch.kubernetes.io/job-name=train -o jsonpath='{.items[*].status.conditions[*].reason}' | grep -q SlurmJobPending && break
+  sleep 0.1
+done
+echo "sbatch job $batch holds node-1 and node-2; the Job's pods wait with Slurm's reason:"
+both
+for _ in $(seq 300); do
+  [ "$(kc get pods -l batch.kubernetes.io/job-name=train -o jsonpath='{.items[*].spec.nodeName}' | wc -w)" -ge 2 ] && break
+  sleep 0.1
+done
+echo
+echo "the batch job ended; the pods run on the same nodes:"
+both
+kc wait --for=condition=Complete job/train --timeout=60s >/dev/null
+done_step "took turns"
+
+step "preemption: a pod of partition high (tier 10) requeues a batch job of partition slurm-bridge (tier 1) on node-1"
+low=$($st exec --name "$name" -- sbatch --parsable -J low-batch -w node-1 --exclusive --requeue --wrap 'sleep 300')
+for _ in $(seq 100); do
+  [ "$($st exec --name "$name" -- squeue -h -j "$low" -o %T)" = RUNNING ] && break
+  sleep 0.1
+done
+kc apply -f examples/hybrid/urgent.yaml
+for _ in $(seq 300); do
+  [ -n "$(kc get pod urgent -o jsonpath='{.spec.nodeName}')" ] && break
+  sleep 0.1
+done
+both
+if [ -z "$(kc get pod urgent -o jsonpath='{.spec.nodeName}')" ]; then
+  echo "the urgent pod did not bind within 30 s"
+  exit 1
+fi
+$st exec --name "$name" -- scontrol show job "$low" | grep -E 'JobState|Restarts' | sed 's/^ */    /'
+done_step preempted
+
+echo
+echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 7 pods bound, a Job completed, a GPU pod given its DRA claim, a batch job and a Job taking turns on hybrid nodes, a pod preempting a batch job)"

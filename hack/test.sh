@@ -3,8 +3,9 @@
 # real Kubernetes control plane (kube-testenv). Needs root on a Debian host with network access
 # to the package registries (Debian's, crates.io, the Go module proxy) and Go 1.26 or newer. The
 # first run builds the Slurm root file system (about a minute), Kubernetes, etcd and the JobSet
-# and LeaderWorkerSet controllers from their Go modules (about 20 minutes on 2 cores), and
-# compiles the workspace; later runs reuse all of it.
+# and LeaderWorkerSet controllers from their Go modules (about 16 minutes on 2 cores, module
+# downloads included; helm for the chart tests about 2.5 more), and compiles the workspace; later
+# runs reuse all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"

@@ -4,22 +4,21 @@
 
 use crate::agent::{self, AgentHandle, AgentOptions, NodeSpec};
 use crate::binaries::{self, ETCD, JOBSET, KUBERNETES, LWS};
-use crate::error::{Error, Result, tail_of};
+use crate::error::{Error, Result};
+use crate::kubeconfig::kubeconfig_yaml;
+use crate::launcher::{Launcher, Probe, http_get_plain, wait_nodes_schedulable};
 use crate::paths::run_dir;
 use crate::{crds, pki, ports};
-use base64::Engine;
-use slurm_testenv::process::{ProcId, kill};
+use slurm_testenv::process::ProcId;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// The service CIDR; its first address is the `kubernetes` Service (in the serving certificate).
 const SERVICE_CIDR: &str = "10.0.0.0/24";
 /// Feature gates of API server, controller manager and scheduler: the original's Helm chart turns
@@ -61,25 +60,25 @@ impl InstanceOptions {
 /// What `meta.json` records so other processes (`env`, `exec`, `down`, the stale sweep) can find
 /// and stop an instance.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-struct Meta {
+pub(crate) struct Meta {
     name: String,
     /// The process holding the instance (a test, or `kube-testenv run`).
-    owner: ProcId,
+    pub(crate) owner: ProcId,
     /// Process group of the daemons (0 until the first one started).
     pgid: i32,
     ports: BTreeMap<String, u16>,
-    bin_dir: PathBuf,
+    pub(crate) bin_dir: PathBuf,
 }
 
 /// A running control plane. Dropping it stops every process and removes its state.
 pub struct Instance {
     name: String,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     bin_dir: PathBuf,
     server: String,
     client: kube::Client,
     /// The daemons (and the watchdog), stopped together on drop.
-    launcher: Launcher,
+    pub(crate) launcher: Launcher,
     agent: Option<AgentHandle>,
     startup: Duration,
 }
@@ -115,7 +114,7 @@ fn meta_path(dir: &Path) -> PathBuf {
     dir.join("meta.json")
 }
 
-fn read_meta(dir: &Path) -> Option<Meta> {
+pub(crate) fn read_meta(dir: &Path) -> Option<Meta> {
     serde_json::from_str(&fs::read_to_string(meta_path(dir)).ok()?).ok()
 }
 
@@ -128,7 +127,7 @@ fn write_meta(dir: &Path, meta: &Meta) -> Result<()> {
 
 /// Sends SIGKILL to process group `pgid` (slurm-testenv's `kill` ignores the negative PIDs
 /// that name groups).
-fn kill_group(pgid: i32) {
+pub(crate) fn kill_group(pgid: i32) {
     if pgid > 0 {
         // SAFETY: plain syscall; a group that is already gone is fine.
         unsafe {
@@ -138,7 +137,7 @@ fn kill_group(pgid: i32) {
 }
 
 /// Kills the daemons of an instance whose owner is gone, and removes its folder.
-fn reap(dir: &Path, meta: Option<&Meta>) {
+pub(crate) fn reap(dir: &Path, meta: Option<&Meta>) {
     if let Some(m) = meta
         && m.pgid > 0
     {
@@ -287,6 +286,7 @@ impl Instance {
             dir: dir.clone(),
             children: Vec::new(),
             pgid: 0,
+            specs: Vec::new(),
         };
         match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
             Ok((client, agent)) => {
@@ -589,225 +589,8 @@ impl Drop for Instance {
     }
 }
 
-/// Kills and reaps one child. The watchdog leads its own process group: the whole group goes,
-/// else its `tail --pid=OWNER` would live on until the owner exits.
-fn stop_child(component: &str, child: &mut Child) {
-    if component == "watchdog" {
-        kill_group(child.id() as i32);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn env_lines(dir: &Path) -> String {
+pub(crate) fn env_lines(dir: &Path) -> String {
     format!("KUBECONFIG={}\n", dir.join("kubeconfig").display())
-}
-
-/// The daemons of one instance: one process group, led by the first one started.
-pub(crate) struct Launcher {
-    dir: PathBuf,
-    children: Vec<(&'static str, Child)>,
-    pgid: i32,
-}
-
-impl Launcher {
-    fn log_path(&self, component: &str) -> PathBuf {
-        self.dir.join("logs").join(format!("{component}.log"))
-    }
-
-    /// Starts `binary ARGS` with output to `logs/<component>.log`, in the instance's group.
-    pub(crate) fn spawn(
-        &mut self,
-        component: &'static str,
-        binary: &Path,
-        args: &[String],
-    ) -> Result<()> {
-        let log_path = self.log_path(component);
-        let log = fs::File::create(&log_path)
-            .map_err(Error::io(format!("create {}", log_path.display())))?;
-        let err = log.try_clone().map_err(Error::io("clone log handle"))?;
-        let child = Command::new(binary)
-            .args(args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .process_group(self.pgid)
-            .spawn()
-            .map_err(Error::io(format!("start {}", binary.display())))?;
-        let first = self.pgid == 0;
-        if first {
-            self.pgid = child.id() as i32;
-        }
-        tracing::debug!(component, pid = child.id(), "kube-testenv: started");
-        self.children.push((component, child));
-        if first {
-            self.spawn_watchdog()?;
-        }
-        Ok(())
-    }
-
-    /// A shell outside the group that kills the group when the owning process dies (a test
-    /// killed mid-run), so no daemon outlives its owner.
-    fn spawn_watchdog(&mut self) -> Result<()> {
-        // `kill -s KILL -- -PGID` is the POSIX form; dash (Debian's /bin/sh) rejects `-KILL --`.
-        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -s KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
-        let child = Command::new("/bin/sh")
-            .args(["-c", script, "kube-testenv-watchdog"])
-            .arg(std::process::id().to_string())
-            .arg(self.pgid.to_string())
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(Error::io("start the watchdog"))?;
-        self.children.push(("watchdog", child));
-        Ok(())
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        for (component, child) in self.children.iter_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = self.dir.join("logs").join(format!("{component}.log"));
-                return Err(Error::Exited {
-                    component,
-                    status: status.to_string(),
-                    tail: tail_of(&log, 30),
-                    log,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn not_ready(&self, component: &'static str, detail: &str) -> Error {
-        let log = self.log_path(component);
-        Error::NotReady {
-            component,
-            seconds: READY_TIMEOUT.as_secs(),
-            detail: detail.into(),
-            tail: tail_of(&log, 30),
-            log,
-        }
-    }
-
-    pub(crate) async fn wait_until(
-        &mut self,
-        component: &'static str,
-        ready: impl Fn() -> bool,
-    ) -> Result<()> {
-        self.wait_until_async(component, || {
-            let r = ready();
-            async move { r }
-        })
-        .await
-    }
-
-    async fn wait_until_async<F, Fut>(&mut self, component: &'static str, ready: F) -> Result<()>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if ready().await {
-                return Ok(());
-            }
-            self.check_alive()?;
-            if Instant::now() > deadline {
-                return Err(self.not_ready(component, "readiness check kept failing"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill_all(&mut self) {
-        kill_group(self.pgid);
-        for (component, c) in self.children.iter_mut() {
-            stop_child(component, c);
-        }
-    }
-}
-
-fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: kube-testenv
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca}
-users:
-- name: admin
-  user:
-    client-certificate-data: {cert}
-    client-key-data: {key}
-contexts:
-- name: kube-testenv
-  context:
-    cluster: kube-testenv
-    user: admin
-    namespace: default
-current-context: kube-testenv
-",
-        ca = b64(&pki.ca_cert),
-        cert = b64(&pki.admin_cert),
-        key = b64(&pki.admin_key),
-    )
-}
-
-/// Taints the node lifecycle controller manages: admission puts `not-ready` on new nodes, a node
-/// that missed its heartbeats gets `unreachable`; both are lifted once it reports Ready.
-const LIFECYCLE_TAINTS: [&str; 2] = [
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-];
-
-/// Waits until every node is Ready and free of the node lifecycle controller's taints.
-async fn wait_nodes_schedulable(client: &kube::Client, nodes: &[NodeSpec]) -> Result<()> {
-    use k8s_openapi::api::core::v1::Node;
-    let api: kube::Api<Node> = kube::Api::all(client.clone());
-    let deadline = Instant::now() + READY_TIMEOUT;
-    for spec in nodes {
-        loop {
-            let node = api
-                .get_opt(&spec.name)
-                .await
-                .map_err(Error::kube(format!("read node {}", spec.name)))?;
-            let schedulable = node.as_ref().is_some_and(|n| {
-                let ready = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                let tainted = n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|ts| {
-                        ts.iter()
-                            .any(|t| LIFECYCLE_TAINTS.contains(&t.key.as_str()))
-                    });
-                ready && !tainted
-            });
-            if schedulable {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Agent(format!(
-                    "node {} not Ready, or still tainted not-ready or unreachable, within {} s",
-                    spec.name,
-                    READY_TIMEOUT.as_secs()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(())
 }
 
 /// A client for the kubeconfig at `path`.
@@ -819,121 +602,4 @@ pub async fn client_for(path: &Path) -> Result<kube::Client> {
             .await
             .map_err(|e| Error::Invalid(format!("kubeconfig {}: {e}", path.display())))?;
     kube::Client::try_from(config).map_err(Error::kube("build a client"))
-}
-
-/// Readiness polls of the API server. Not through `kube::Client`, whose tracing layer logs every
-/// expected 500 of a starting server as an error.
-struct Probe {
-    server: String,
-    http: hyper_util::client::legacy::Client<
-        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-        http_body_util::Empty<bytes::Bytes>,
-    >,
-}
-
-impl Probe {
-    async fn new(kubeconfig: &Path) -> Result<Probe> {
-        use kube::client::ConfigExt;
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-            .map_err(|e| Error::Invalid(format!("read {}: {e}", kubeconfig.display())))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| Error::Invalid(format!("kubeconfig: {e}")))?;
-        let https = config
-            .rustls_https_connector()
-            .map_err(|e| Error::Invalid(format!("TLS for the readiness probe: {e}")))?;
-        let http =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(https);
-        Ok(Probe {
-            server: config
-                .cluster_url
-                .to_string()
-                .trim_end_matches('/')
-                .to_string(),
-            http,
-        })
-    }
-
-    /// True when GET `path` answers 200.
-    async fn ok(&self, path: &str) -> bool {
-        let Ok(uri) = format!("{}{path}", self.server).parse::<http::Uri>() else {
-            return false;
-        };
-        self.http
-            .get(uri)
-            .await
-            .is_ok_and(|r| r.status() == http::StatusCode::OK)
-    }
-}
-
-/// Plain-HTTP GET on loopback (etcd's /health); the body when the status is 200.
-fn http_get_plain(port: u16, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], port).into(),
-        Duration::from_millis(500),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
-    ok.then(|| body.to_string())
-}
-
-/// An instance started by another process (the CLI's `env`, `exec`, `down`).
-pub struct Attached {
-    dir: PathBuf,
-    meta: Meta,
-}
-
-impl Attached {
-    /// Finds the running instance `name`.
-    pub fn find(name: &str) -> Result<Attached> {
-        validate_name(name)?;
-        let dir = run_dir().join(name);
-        match read_meta(&dir) {
-            Some(meta) if meta.owner.is_alive() => Ok(Attached { dir, meta }),
-            _ => Err(Error::NoSuchInstance { name: name.into() }),
-        }
-    }
-
-    /// `KUBECONFIG=...`.
-    pub fn env_lines(&self) -> String {
-        env_lines(&self.dir)
-    }
-
-    /// Runs `command` with this instance's KUBECONFIG and `kubectl` first on PATH.
-    pub fn exec(&self, command: &[String]) -> Result<std::process::ExitStatus> {
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| Error::Invalid("exec needs a command after --".into()))?;
-        let path = std::env::var("PATH").unwrap_or_default();
-        Command::new(program)
-            .args(args)
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .env("PATH", format!("{}:{path}", self.meta.bin_dir.display()))
-            .status()
-            .map_err(Error::io(format!("run {program}")))
-    }
-
-    /// Stops the owner (`kube-testenv run`), which stops the daemons; forces it after 10 s.
-    pub fn stop(self) -> Result<()> {
-        kill(self.meta.owner.pid, libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.meta.owner.is_alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if self.meta.owner.is_alive() {
-            kill(self.meta.owner.pid, libc::SIGKILL);
-        }
-        reap(&self.dir, Some(&self.meta));
-        // The log of `kube-testenv run` (kept while it runs, for `up`'s error messages).
-        let _ = fs::remove_file(self.dir.with_extension("run.log"));
-        Ok(())
-    }
 }

@@ -13,19 +13,25 @@
 //! ```
 
 pub mod agent;
+mod attached;
 pub mod binaries;
 pub mod crds;
 pub mod error;
+pub mod faults;
 mod instance;
+mod kubeconfig;
+mod launcher;
 pub mod paths;
 mod pki;
 mod ports;
 mod workloads;
 
 pub use agent::NodeSpec;
+pub use attached::Attached;
 pub use error::{Error, Result};
+pub use faults::Daemon;
 pub use instance::{
-    Attached, FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
+    FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
 
 /// Builds every binary an instance may need (with `workloads`, the JobSet and LWS controllers

@@ -3,7 +3,7 @@
 //! served on loopback with the instance's serving certificate and called by the API server.
 
 use crate::error::{Error, Result};
-use crate::instance::Launcher;
+use crate::launcher::Launcher;
 use base64::Engine;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,

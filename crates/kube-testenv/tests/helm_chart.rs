@@ -295,6 +295,18 @@ fn the_options_render_what_they_say() {
         config.contains("managedNamespaces:\n  - slurm-bridge"),
         "{config}"
     );
+    assert!(!config.contains("priorityClasses"), "{config}");
+    // priorityClasses reach config.yaml as given.
+    let docs = documents(&render(&[
+        "schedulerConfig.priorityClasses.high.qos=urgent",
+        "schedulerConfig.priorityClasses.high.priority=1000",
+    ]));
+    let cm = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
+    let config = cm["data"]["config.yaml"].as_str().unwrap();
+    assert!(
+        config.contains("priorityClasses:\n  high:\n    priority: 1000\n    qos: urgent\n"),
+        "{config}"
+    );
 
     // run: one Deployment, its ServiceAccount bound to the three components' roles.
     let docs = documents(&render(&["mode=run"]));

@@ -4,6 +4,7 @@
 //! (`mcsLabel`, `MCSLabel` and `mcslabel` all work). Unknown keys are ignored with a
 //! warning. Every field is validated; errors name the field and the accepted form.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -24,6 +25,27 @@ pub struct Config {
     pub mcs_label: String,
     /// Default Slurm partition of every external job.
     pub partition: String,
+    /// Slurm settings for pods of a Kubernetes PriorityClass, by class name (this project's
+    /// field; the original has none). `slurmjob.*` annotations win over it.
+    pub priority_classes: BTreeMap<String, PriorityMapping>,
+}
+
+/// What a PriorityClass means in Slurm: any of a QoS, a partition and a job priority.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PriorityMapping {
+    /// Slurm QoS (`qos`); with `PreemptType=preempt/qos` this gives the class Slurm's preemption.
+    pub qos: Option<String>,
+    /// Slurm partition (with `preempt/partition_prio`, its `PriorityTier` preempts).
+    pub partition: Option<String>,
+    /// Slurm job priority (0 to 4294967293).
+    pub priority: Option<u32>,
+}
+
+impl Config {
+    /// The Slurm settings of PriorityClass `class`, if the config maps it.
+    pub fn priority_class(&self, class: &str) -> Option<&PriorityMapping> {
+        self.priority_classes.get(class)
+    }
 }
 
 /// A config problem; the text names the field and the accepted form.
@@ -59,13 +81,14 @@ pub enum ConfigError {
 }
 
 /// Field names, lower-cased for matching.
-const FIELDS: [&str; 6] = [
+const FIELDS: [&str; 7] = [
     "schedulername",
     "slurmrestapi",
     "managednamespaces",
     "managednamespaceselector",
     "mcslabel",
     "partition",
+    "priorityclasses",
 ];
 
 fn type_name(v: &Value) -> &'static str {
@@ -136,6 +159,7 @@ impl Config {
                 "partition" => {
                     cfg.partition = string_field(&key, v, "a Slurm partition name (no spaces)")?
                 }
+                "priorityclasses" => cfg.priority_classes = priority_classes(&key, v)?,
                 _ => {}
             }
         }
@@ -240,6 +264,94 @@ fn string_list(key: &str, v: Value) -> Result<Vec<String>, ConfigError> {
             EXPECTED,
         )),
     }
+}
+
+const EXPECT_PRIORITY_CLASSES: &str = "a mapping from PriorityClass name to {qos: NAME, partition: NAME, priority: 0..4294967293} (each optional)";
+
+fn priority_classes(key: &str, v: Value) -> Result<BTreeMap<String, PriorityMapping>, ConfigError> {
+    let map = match v {
+        Value::Null => return Ok(BTreeMap::new()),
+        Value::Object(m) => m,
+        other => {
+            return Err(field_err(
+                key,
+                format!("got {}", type_name(&other)),
+                EXPECT_PRIORITY_CLASSES,
+            ));
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (class, entry) in map {
+        let at = format!("{key}.{class}");
+        if !is_dns_subdomain(&class) {
+            return Err(field_err(
+                &at,
+                format!("{class:?} is not a PriorityClass name"),
+                "a PriorityClass name (a lower-case RFC 1123 subdomain)",
+            ));
+        }
+        let fields = match entry {
+            Value::Null => serde_json::Map::new(),
+            Value::Object(m) => m,
+            other => {
+                return Err(field_err(
+                    &at,
+                    format!("got {}", type_name(&other)),
+                    EXPECT_PRIORITY_CLASSES,
+                ));
+            }
+        };
+        let mut m = PriorityMapping::default();
+        for (name, value) in fields {
+            let field = format!("{at}.{name}");
+            match name.to_ascii_lowercase().as_str() {
+                "qos" => m.qos = Some(slurm_name(&field, value)?),
+                "partition" => m.partition = Some(slurm_name(&field, value)?),
+                "priority" => {
+                    let text = match &value {
+                        Value::Number(n) => n.to_string(),
+                        Value::String(s) => s.clone(),
+                        other => format!("<{}>", type_name(other)),
+                    };
+                    let n = crate::workload::annotations::parse_priority(&text)
+                        .map_err(|e| field_err(&field, format!("{text:?} is not valid"), e))?;
+                    m.priority = Some(n);
+                }
+                _ => {
+                    return Err(field_err(
+                        &field,
+                        "unknown field".into(),
+                        "qos, partition or priority",
+                    ));
+                }
+            }
+        }
+        out.insert(class, m);
+    }
+    Ok(out)
+}
+
+/// A Slurm QoS or partition name: a non-empty string without whitespace.
+fn slurm_name(field: &str, v: Value) -> Result<String, ConfigError> {
+    const EXPECTED: &str = "a Slurm name (a non-empty string without spaces)";
+    match v {
+        Value::String(s) if !s.is_empty() && !s.chars().any(char::is_whitespace) => Ok(s),
+        Value::String(s) => Err(field_err(
+            field,
+            format!("{s:?} is not a Slurm name"),
+            EXPECTED,
+        )),
+        other => Err(field_err(
+            field,
+            format!("got {}", type_name(&other)),
+            EXPECTED,
+        )),
+    }
+}
+
+/// A lower-case RFC 1123 subdomain (PriorityClass and other object names).
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn selector(key: &str, v: Value) -> Result<LabelSelector, ConfigError> {
@@ -422,5 +534,49 @@ mod tests {
             Config::from_yaml("a: [b"),
             Err(ConfigError::Yaml(_))
         ));
+    }
+
+    #[test]
+    fn priority_classes_map_to_slurm_settings_and_bad_entries_say_what_is_accepted() {
+        let cfg = Config::from_yaml(
+            "priorityClasses:\n  high: {qos: urgent, partition: fast, priority: 900}\n  low:\n    QOS: scavenger\n    priority: \"7\"\n  plain: null\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.priority_class("high"),
+            Some(&PriorityMapping {
+                qos: Some("urgent".into()),
+                partition: Some("fast".into()),
+                priority: Some(900),
+            })
+        );
+        assert_eq!(cfg.priority_class("low").unwrap().priority, Some(7));
+        assert_eq!(
+            cfg.priority_class("plain"),
+            Some(&PriorityMapping::default())
+        );
+        assert_eq!(cfg.priority_class("other"), None);
+        for (yaml, want) in [
+            ("priorityClasses: [high]", "priorityClasses: got a list"),
+            (
+                "priorityClasses: {High: {qos: q}}",
+                "priorityClasses.High: \"High\" is not a PriorityClass name",
+            ),
+            (
+                "priorityClasses: {high: {qos: \"a b\"}}",
+                "priorityClasses.high.qos: \"a b\" is not a Slurm name",
+            ),
+            (
+                "priorityClasses: {high: {priority: -1}}",
+                "priorityClasses.high.priority: \"-1\" is not valid; expected a whole number from 0 to 4294967293",
+            ),
+            (
+                "priorityClasses: {high: {preempt: yes}}",
+                "priorityClasses.high.preempt: unknown field; expected qos, partition or priority",
+            ),
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
     }
 }

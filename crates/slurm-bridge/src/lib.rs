@@ -17,5 +17,6 @@ pub mod scheduler;
 pub mod server;
 pub mod slurm;
 pub mod sync;
+pub mod volumes;
 pub mod wellknown;
 pub mod workload;

@@ -211,6 +211,44 @@ impl Harness {
         .await
     }
 
+    /// Proof that the controller has made a pass over the bridged node `name` that saw every
+    /// change made to it so far: the managed taint, taken off by hand, is put back. The pass
+    /// that puts it back read the node after the taint was gone, so after every earlier change
+    /// too (the controller's cache takes a node's changes in order), and a pass runs its state
+    /// step (drain, undrain, delete) before its taint step: what that pass decided for the Slurm
+    /// node's state is done by the time the taint is back.
+    async fn pass_over_bridged(&self, name: &str) {
+        self.kubectl(&[
+            "taint",
+            "node",
+            name,
+            &format!("{TAINT_MANAGED_NODE}:NoExecute-"),
+        ]);
+        self.wait_kube(name, "managed taint put back", |n| {
+            managed_taint(n).as_deref() == Some(e2e::SCHEDULER)
+        })
+        .await;
+    }
+
+    /// As [`Harness::pass_over_bridged`], for a node that is not bridged: a managed taint put
+    /// on by hand is taken off again. Done twice, the second pass starts only after the first
+    /// has ended (one pass per node at a time), so every step of the first, its Events
+    /// included, is done by the time the second taint is gone.
+    async fn passes_over_unbridged(&self, name: &str) {
+        for _ in 0..2 {
+            self.kubectl(&[
+                "taint",
+                "node",
+                name,
+                &format!("{TAINT_MANAGED_NODE}=e2e-marker:NoExecute"),
+            ]);
+            self.wait_kube(name, "stray managed taint removed", |n| {
+                managed_taint(n).is_none()
+            })
+            .await;
+        }
+    }
+
     /// Submits an external job straight to Slurm on `node` and waits until it runs there.
     async fn busy(&self, node: &str) -> u32 {
         let desc = JobDescMsg {
@@ -366,14 +404,24 @@ async fn external_node_registration_cordon_admin_drain_recreate_and_removal() {
         .wait_event("node-1", "SlurmNodeDrained", &["maintenance"])
         .await;
     assert!(note.contains("DRAIN"), "{note}");
-    // Cordon and uncordon do not undo it.
+    // Cordon and uncordon do not undo it: after a pass that saw the cordon, and one that saw
+    // the uncordon, the drain and its reason are the admin's.
+    let drained_before = h.metrics.nodes_drained.get();
     h.kubectl(&["cordon", "node-1"]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.pass_over_bridged("node-1").await;
+    let s = h.slurm_node("node-1").await.expect("node-1");
+    assert!(is_drain(&s), "the admin's drain stays when cordoned: {s:?}");
+    assert_eq!(s.reason.as_deref(), Some("maintenance"), "{s:?}");
     h.kubectl(&["uncordon", "node-1"]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.pass_over_bridged("node-1").await;
     let s = h.slurm_node("node-1").await.expect("node-1");
     assert!(is_drain(&s), "the admin's drain stays: {s:?}");
     assert_eq!(s.reason.as_deref(), Some("maintenance"), "{s:?}");
+    assert_eq!(
+        h.metrics.nodes_drained.get(),
+        drained_before,
+        "the cordon drained nothing over the admin's drain"
+    );
     // Slurm resumes it: the condition goes, an Event says so.
     h.scontrol(&["update", "nodename=node-1", "state=resume"]);
     h.wait_kube("node-1", "condition removed", |n| condition(n).is_none())
@@ -427,8 +475,9 @@ async fn external_node_registration_cordon_admin_drain_recreate_and_removal() {
             .contains("removing external node node-1"),
         "{s:?}"
     );
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Passes over the busy node (each one seeing the drain it made) leave the drain as it is.
+    for _ in 0..3 {
+        h.pass_over_bridged("node-1").await;
         let s = h
             .slurm_node("node-1")
             .await
@@ -469,7 +518,9 @@ async fn an_invalid_partition_is_reported_and_not_registered() {
         note.contains("existing partitions: \"slurm-bridge\""),
         "{note}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Passes after the Warning (the last of them complete): still not registered, no taint,
+    // and the Warning not repeated.
+    h.passes_over_unbridged("node-1").await;
     assert!(h.slurm_node("node-1").await.is_none(), "not registered");
     assert_eq!(managed_taint(&h.kube_node("node-1").await), None);
     let warnings = h

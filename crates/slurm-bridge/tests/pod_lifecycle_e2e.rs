@@ -3,7 +3,7 @@
 
 mod e2e;
 
-use e2e::controllers::Controllers;
+use e2e::controllers::{Controllers, disruption};
 use e2e::{Env, job_id_of, pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -20,21 +20,6 @@ fn phase(p: &Pod) -> Option<&str> {
 
 fn has_finalizer(p: &Pod) -> bool {
     p.finalizers().iter().any(|f| f == FINALIZER)
-}
-
-fn disruption(p: &Pod) -> Option<(String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
-        .map(|c| {
-            (
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
 }
 
 /// A pod whose one container runs `sleep <secs>` and is killed `grace` seconds after deletion.
@@ -55,7 +40,8 @@ fn sleeper(name: &str, secs: &str, grace: i64) -> serde_json::Value {
 async fn pods_and_jobs_end_together() {
     let mut env = Env::start(3).await;
     env.start_scheduler().await;
-    let _controllers = Controllers::start(&env, |_| {}).await;
+    // No safety-net resync during the test: the pod passes counted below are the triggered ones.
+    let controllers = Controllers::start(&env, |o| o.resync = Duration::from_secs(3600)).await;
 
     env.create_pod(sleeper("finishes", "2", 1)).await;
     env.create_pod(sleeper("deleted", "infinity", 3)).await;
@@ -92,15 +78,56 @@ async fn pods_and_jobs_end_together() {
     assert!(done.is_some());
 
     // A running pod deleted: its job runs on while the containers stop (grace 3 s), is cancelled
-    // after, and the pod disappears.
+    // after, and the pod disappears. Until the node agent reports the containers stopped (the
+    // pod terminal, at the end of the grace), the job runs: checked at every poll, the job read
+    // before the pod, so a job seen not running and then a pod seen still running is a job
+    // cancelled under running containers. The controller's pod passes are counted meanwhile: a
+    // pass ends after the deletion and before the containers stop. The counter is the pod
+    // controller's, not this pod's (the controller has no per-pod observable for a pass that
+    // keeps a pod): the deletion is the one change the test makes in that window, and the job
+    // ending only after the containers (below) shows the controller did act on it.
+    let pod_passes = || controllers.handle.metrics.reconcile.reconciles("pod");
+    let passes_before = pod_passes();
+    let mut passed_while_running = false;
+    let deleted_at = Instant::now();
     env.pods()
         .delete("deleted", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    loop {
+        let passes = pod_passes();
+        let running = env.job_running(deleted).await;
+        let p = env.pods().get_opt("deleted").await.unwrap();
+        let stopped = p
+            .as_ref()
+            .is_none_or(|p| matches!(phase(p), Some("Succeeded" | "Failed")));
+        if stopped {
+            break;
+        }
+        assert!(
+            running,
+            "job {deleted} was cancelled while its pod's containers still ran"
+        );
+        passed_while_running |= passes > passes_before;
+        assert!(
+            deleted_at.elapsed() < Duration::from_secs(30),
+            "the containers of the deleted pod still run after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped_after = deleted_at.elapsed();
+    eprintln!(
+        "containers of the deleted pod stopped {stopped_after:?} after the deletion (grace 3 s); \
+         its job ran until then; {} pod passes in between",
+        pod_passes() - passes_before
+    );
     assert!(
-        env.job_running(deleted).await,
-        "job {deleted} was cancelled while its pod's containers still ran"
+        stopped_after >= Duration::from_secs(3),
+        "the containers stopped {stopped_after:?} after the deletion, within the 3 s grace"
+    );
+    assert!(
+        passed_while_running,
+        "no pod pass ended between the deletion and the end of the containers"
     );
     env.wait_pod("deleted", "gone", Duration::from_secs(30), |p| p.is_none())
         .await;

@@ -4,10 +4,143 @@
 mod e2e;
 
 use e2e::{Env, job_id_of, pod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use prometheus_client::registry::Registry;
 use serde_json::json;
+use slurm_bridge::caches::{CacheTasks, Caches};
+use slurm_bridge::scheduler::{self, SchedulerOptions};
+use slurm_bridge::slurm::Instrumented;
+use slurm_bridge::slurm::Slurm;
+use slurm_bridge::slurm::instrumented::RequestLabels;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 const BIND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A scheduler started as [`Env::start_scheduler_opts`] starts it (job poll 200 ms, node poll
+/// and sweep 2 s, shutdown grace 200 ms), on caches the test keeps, so the test sees what the
+/// scheduler's own pod cache holds. Its handle is the Env's; dropping this stops it.
+struct Watched<S: Slurm> {
+    caches: Arc<Caches<Instrumented<S>>>,
+    _tasks: CacheTasks,
+    _stop: watch::Sender<bool>,
+}
+
+async fn start_watched<S: Slurm>(env: &mut Env, slurm: S) -> Watched<S> {
+    let mut opts = SchedulerOptions::new(e2e::config(&env.slurm));
+    opts.job_poll_interval = Duration::from_millis(200);
+    opts.node_poll_interval = Duration::from_secs(2);
+    opts.sweep_interval = Duration::from_secs(2);
+    opts.shutdown_grace = Duration::from_millis(200);
+    let mut registry = Registry::default();
+    let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
+    let (caches, tasks) = Caches::start(env.kube.clone(), slurm, &opts.cache_options());
+    let (stop, mut stop_rx) = watch::channel(false);
+    let (ready_tx, _ready_rx) = watch::channel(false);
+    let handle = scheduler::run_with(
+        env.kube.clone(),
+        caches.clone(),
+        opts,
+        &mut registry,
+        watch::channel(true).1,
+        ready_tx,
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    )
+    .await;
+    let mut ready = handle.ready.clone();
+    tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
+        .await
+        .expect("scheduler ready within 60 s")
+        .unwrap();
+    env.handle = Some(handle);
+    Watched {
+        caches,
+        _tasks: tasks,
+        _stop: stop,
+    }
+}
+
+/// Changes the pod's annotation `e2e.test/poke` to `value`: a scheduling input (a pass follows)
+/// that goes into no job description.
+async fn poke(env: &Env, name: &str, value: u64) {
+    env.pods()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"e2e.test/poke": value.to_string()}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+/// Proof that the scheduler has made, and ended, a pass over the pod `name` that read it as
+/// `seen` accepts it, and ended every pass before that one. Only for a test whose one pod it is:
+/// the scheduler's pass counter then counts this pod's passes alone, and the controller runs one
+/// pass per pod at a time.
+///
+/// Waits until the scheduler's own pod cache holds a version `seen` accepts; every pass that
+/// starts after that reads it or a later one. Then the pod is poked twice: the first poke brings
+/// a pass that starts after the cache was seen, the second, sent once that pass has started,
+/// brings another after it; when the second has started, the first has ended.
+async fn passes_over_alone<S: Slurm>(
+    env: &Env,
+    watched: &Watched<S>,
+    name: &str,
+    what: &str,
+    seen: impl Fn(&Pod) -> bool,
+) {
+    let key = ObjectRef::<Pod>::new(name).within(e2e::NS);
+    wait_for(
+        &format!("the scheduler's pod cache holds {name} {what}"),
+        BIND_TIMEOUT,
+        || {
+            watched
+                .caches
+                .handles
+                .pods
+                .get(&key)
+                .is_some_and(|p| seen(&p))
+        },
+    )
+    .await;
+    let passes = env.handle().reconcile_passes.clone();
+    let seen_at = passes.get();
+    for i in 1..=2 {
+        poke(env, name, i).await;
+        wait_for(
+            &format!("pass {i} over {name} after its cache held it {what}"),
+            Duration::from_secs(30),
+            || passes.get() >= seen_at + i,
+        )
+        .await;
+    }
+}
+
+/// Proof that the scheduler has made a whole pass over the unbound pod `name` after every change
+/// made to it so far, for a pod whose passes end by showing `reason` (nothing follows the report
+/// in such a pass): its PodScheduled condition, overwritten by the test, is written back with
+/// `reason`. The pass that writes it back read the overwritten condition, so the pod as it is
+/// after every earlier change (the scheduler's cache takes a pod's changes in order).
+async fn pass_over_reported(env: &Env, name: &str, reason: &str) {
+    env.pods()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "E2EOverwritten",
+                "message": "overwritten by the test"}]}})),
+        )
+        .await
+        .unwrap();
+    env.wait_condition(name, reason, BIND_TIMEOUT).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_pod_is_bound_to_its_slurm_allocation() {
@@ -50,7 +183,8 @@ async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
     use slurm_bridge::k8s::writes::write_kind;
     use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, merge_toleration};
     let mut env = Env::start(2).await;
-    env.start_scheduler().await;
+    let rest = e2e::rest_client(&env.slurm);
+    let watched = start_watched(&mut env, rest).await;
     env.create_pod(pod("thrifty", json!({}), json!({}))).await;
     env.wait_bound(&["thrifty".into()], BIND_TIMEOUT).await;
     // The Event is the pass's last write.
@@ -66,8 +200,9 @@ async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    // Passes the binding triggers write nothing more.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Passes the binding triggers write nothing more: every pass up to one that read the pod
+    // bound has ended.
+    passes_over_alone(&env, &watched, "thrifty", "bound", e2e::node_name_is_set).await;
     let writes = &env.handle().metrics.kube_writes;
     let kinds = [
         write_kind::LABEL,
@@ -625,7 +760,23 @@ async fn slurmrestd_outage_is_reported_and_recovered() {
         .wait_condition("during", "SlurmUnavailable", Duration::from_secs(40))
         .await;
     assert!(!message.is_empty());
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // The outage lasts until the scheduler has retried the submit with backoff (0.5, 1, 2 s):
+    // four submits slurmrestd did not answer.
+    let failed_submits = env
+        .handle()
+        .metrics
+        .slurm_requests
+        .get_or_create(&RequestLabels {
+            endpoint: "job_submit",
+            outcome: "unavailable",
+        })
+        .clone();
+    wait_for(
+        "four submits during the outage",
+        Duration::from_secs(40),
+        || failed_submits.get() >= 4,
+    )
+    .await;
     let slurm = env.slurm.clone();
     tokio::task::spawn_blocking(move || slurm.start_slurmrestd())
         .await
@@ -710,14 +861,22 @@ async fn a_pending_job_cancelled_under_its_pod_is_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_pod_waits_for_its_gates_to_be_removed() {
     let mut env = Env::start(1).await;
-    env.start_scheduler().await;
+    let rest = e2e::rest_client(&env.slurm);
+    let watched = start_watched(&mut env, rest).await;
     env.create_pod(pod(
         "gated",
         json!({}),
         json!({"schedulingGates": [{"name": "example.com/quota"}]}),
     ))
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A whole pass over the gated pod has run.
+    passes_over_alone(&env, &watched, "gated", "gated", |p| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty())
+    })
+    .await;
     assert!(
         env.slurm_job_ids().is_empty(),
         "no Slurm job for a gated pod"
@@ -925,8 +1084,9 @@ async fn a_closed_podgroup_refuses_newcomers_and_keeps_its_running_gang() {
         events.iter().any(|(r, _)| r == "PodGroupClosed"),
         "{events:?}"
     );
-    // Its passes go on for a while: the gang's job and labels stay.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Its passes go on: after a whole pass over it that read the refusal, the gang's job and
+    // labels stay.
+    pass_over_reported(&env, "closed-2", "PodGroupClosed").await;
     assert_eq!(job_state(&env, id), "RUNNING");
     for name in &names {
         assert_eq!(
@@ -1057,7 +1217,8 @@ async fn a_running_gang_below_its_minimum_is_left_alone() {
         .wait_condition("runs-3", "WaitingForGang", BIND_TIMEOUT)
         .await;
     assert!(message.contains("2 of 3"), "{message}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // After a whole pass over the waiting pod that read its report, the running job is untouched.
+    pass_over_reported(&env, "runs-3", "WaitingForGang").await;
     assert_eq!(job_state(&env, id), "RUNNING");
     assert_eq!(label_of(&env, "runs-0").await, Some(id));
     assert_eq!(env.slurm_job_ids(), [id]);
@@ -1129,11 +1290,11 @@ async fn a_gang_below_its_size_starts_its_minimum_and_the_rest_follow_alone() {
 async fn a_permanent_slurm_rejection_waits_for_a_change() {
     let mut env = Env::start(1).await;
     let writes = e2e::SlurmWrites::open();
-    env.start_scheduler_with(e2e::Gated {
+    let gated = e2e::Gated {
         inner: env.rest.clone(),
         writes: writes.clone(),
-    })
-    .await;
+    };
+    let watched = start_watched(&mut env, gated).await;
     env.create_pod(pod(
         "nowhere",
         json!({"slurmjob.slinky.slurm.net/partition": "nosuch"}),
@@ -1144,8 +1305,12 @@ async fn a_permanent_slurm_rejection_waits_for_a_change() {
         .wait_condition("nowhere", "SlurmSubmitFailed", BIND_TIMEOUT)
         .await;
     assert!(message.contains("Invalid partition name"), "{message}");
-    // Well past the 15 s backoff cap: still one submit.
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Passes after the rejection (the one its condition triggers, then two more) send nothing:
+    // still one submit.
+    passes_over_alone(&env, &watched, "nowhere", "rejected", |p| {
+        e2e::scheduled_condition(p).is_some_and(|c| c.1 == "SlurmSubmitFailed")
+    })
+    .await;
     assert_eq!(*writes.submits_entered.borrow(), 1, "sent once");
     let events = env.event_reasons("nowhere").await;
     assert_eq!(

@@ -1,21 +1,88 @@
-//! slurm.conf for one instance.
+//! slurm.conf (and cgroup.conf) for one instance.
 
 use crate::paths::INSTANCE_MOUNT;
 
-/// The ports and limits an instance's slurm.conf is rendered from.
+/// CPUs and memory of every node slurm-testenv makes, slurmd-run or external.
+pub const NODE_CPUS: u32 = 8;
+/// Memory of every node slurm-testenv makes, in MB.
+pub const NODE_MEMORY_MB: u64 = 16000;
+/// How long slurmctld waits for a silent slurmd before marking its node DOWN (seconds). Short,
+/// so tests of a lost slurmd finish quickly; long enough for a loaded 2-core machine.
+pub const SLURMD_TIMEOUT_SECS: u32 = 10;
+
+/// The ports, nodes and policy an instance's slurm.conf is rendered from.
 #[derive(Clone, Debug)]
 pub struct ConfParams {
     pub cluster_name: String,
     pub slurmctld_port: u16,
     pub slurmd_port: u16,
     pub max_node_count: u32,
+    /// Nodes run by a real slurmd: name and the port its slurmd listens on.
+    pub slurmd_nodes: Vec<(String, u16)>,
+    pub policy: Policy,
 }
 
-/// Renders slurm.conf: auth/slurm plus auth/jwt for slurmrestd, dynamic external nodes in a
-/// `slurm-bridge` partition fed by the `slurm-bridge` feature, and fast scheduling for tests.
+/// Scheduling policy knobs of an instance: preemption, more partitions, licenses, raw lines.
+///
+/// QoS-based preemption (`preempt/qos`) needs QoS records, which live in slurmdbd's database;
+/// slurm-testenv runs no slurmdbd, so preemption here is by partition priority tier.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// `PreemptType=preempt/partition_prio` with this `PreemptMode`; `None`: no preemption.
+    pub preempt: Option<PreemptMode>,
+    /// Partitions over the same nodes as `slurm-bridge` (the `slurm-bridge` node set), each
+    /// with its own priority tier (`slurm-bridge` has tier 1).
+    pub partitions: Vec<Partition>,
+    /// Cluster-local licenses (`Licenses=name:count,...`), shared by batch jobs and pods.
+    pub licenses: Vec<(String, u32)>,
+    /// `DefMemPerCPU=`: memory a job gets per CPU when it asks for none (by default such a
+    /// job takes all of a node's memory, so no other job can share the node).
+    pub def_mem_per_cpu_mb: Option<u64>,
+    /// Raw slurm.conf lines appended last, for any other knob.
+    pub extra_lines: Vec<String>,
+}
+
+/// What happens to a preempted job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreemptMode {
+    /// The job is requeued (batch jobs run again later; an external job's pods are removed).
+    Requeue,
+    /// The job is cancelled.
+    Cancel,
+}
+
+impl PreemptMode {
+    fn conf(self) -> &'static str {
+        match self {
+            PreemptMode::Requeue => "REQUEUE",
+            PreemptMode::Cancel => "CANCEL",
+        }
+    }
+}
+
+/// One more partition over the bridge's nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    pub name: String,
+    /// Jobs of a higher tier preempt those of a lower one (with [`Policy::preempt`]).
+    pub priority_tier: u16,
+}
+
+impl Partition {
+    pub fn new(name: impl Into<String>, priority_tier: u16) -> Self {
+        Partition {
+            name: name.into(),
+            priority_tier,
+        }
+    }
+}
+
+/// Renders slurm.conf: auth/slurm plus auth/jwt for slurmrestd, dynamic external nodes and
+/// slurmd-run nodes in a `slurm-bridge` partition fed by the `slurm-bridge` feature, fast
+/// scheduling for tests, and the instance's policy.
 pub fn render(p: &ConfParams) -> String {
     let d = INSTANCE_MOUNT;
-    format!(
+    let mut text = format!(
         "# Written by slurm-testenv for one isolated test instance.
 ClusterName={cluster}
 SlurmctldHost=localhost
@@ -27,7 +94,11 @@ AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key={d}/jwt_hs256.key
 SlurmUser=root
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool/%n
+SlurmdPidFile={d}/slurmd.%n.pid
+SlurmdLogFile={d}/slurmd.%n.log
+SlurmdParameters=config_overrides
+SlurmdTimeout={slurmd_timeout}
 SlurmctldPidFile={d}/slurmctld.pid
 SlurmctldLogFile={d}/slurmctld.log
 SlurmctldDebug=info
@@ -40,33 +111,117 @@ MaxJobCount=100000
 SchedulerParameters=sched_interval=1,bf_interval=1,default_queue_depth=1000,sched_min_interval=100000
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
 ReturnToService=2
-Nodeset=slurm-bridge Feature=slurm-bridge
-PartitionName=slurm-bridge Nodes=slurm-bridge State=UP Default=YES MaxTime=INFINITE
 ",
         cluster = p.cluster_name,
         ctld = p.slurmctld_port,
         slurmd = p.slurmd_port,
         max_nodes = p.max_node_count,
-    )
+        slurmd_timeout = SLURMD_TIMEOUT_SECS,
+    );
+    let pol = &p.policy;
+    if let Some(mode) = pol.preempt {
+        text.push_str("PreemptType=preempt/partition_prio\n");
+        text.push_str(&format!("PreemptMode={}\n", mode.conf()));
+    }
+    if let Some(mb) = pol.def_mem_per_cpu_mb {
+        text.push_str(&format!("DefMemPerCPU={mb}\n"));
+    }
+    if !pol.licenses.is_empty() {
+        let list: Vec<String> = pol
+            .licenses
+            .iter()
+            .map(|(n, c)| format!("{n}:{c}"))
+            .collect();
+        text.push_str(&format!("Licenses={}\n", list.join(",")));
+    }
+    for (name, port) in &p.slurmd_nodes {
+        text.push_str(&format!(
+            "NodeName={name} NodeAddr=127.0.0.1 NodeHostname=localhost Port={port} \
+             CPUs={NODE_CPUS} Sockets=1 CoresPerSocket={NODE_CPUS} ThreadsPerCore=1 \
+             RealMemory={NODE_MEMORY_MB} Feature=slurm-bridge State=UNKNOWN\n"
+        ));
+    }
+    text.push_str("Nodeset=slurm-bridge Feature=slurm-bridge\n");
+    text.push_str(
+        "PartitionName=slurm-bridge Nodes=slurm-bridge State=UP Default=YES MaxTime=INFINITE PriorityTier=1\n",
+    );
+    for part in &pol.partitions {
+        text.push_str(&format!(
+            "PartitionName={} Nodes=slurm-bridge State=UP MaxTime=INFINITE PriorityTier={}\n",
+            part.name, part.priority_tier
+        ));
+    }
+    for line in &pol.extra_lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// cgroup.conf: no cgroup plugin (the root file system has no cgroup hierarchy of its own, and
+/// slurmd exits without one when a plugin is configured).
+pub fn render_cgroup() -> &'static str {
+    "# Written by slurm-testenv: jobs are tracked by /proc (proctrack/linuxproc), not cgroups.\nCgroupPlugin=disabled\n"
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_ports_and_partition() {
-        let text = render(&ConfParams {
+    fn params() -> ConfParams {
+        ConfParams {
             cluster_name: "t1".into(),
             slurmctld_port: 7001,
             slurmd_port: 7002,
             max_node_count: 5000,
-        });
+            slurmd_nodes: Vec::new(),
+            policy: Policy::default(),
+        }
+    }
+
+    #[test]
+    fn renders_ports_and_partition() {
+        let text = render(&params());
         assert!(text.contains("SlurmctldPort=7001\n"));
         assert!(text.contains("SlurmdPort=7002\n"));
         assert!(text.contains("MaxNodeCount=5000\n"));
         assert!(text.contains("PartitionName=slurm-bridge Nodes=slurm-bridge"));
         assert!(text.contains("AuthAltParameters=jwt_key=/slurm-testenv/jwt_hs256.key"));
+        assert!(!text.contains("NodeName="));
+        assert!(!text.contains("Preempt"));
+        assert!(!text.contains("Licenses="));
+    }
+
+    #[test]
+    fn renders_slurmd_nodes_and_policy() {
+        let mut p = params();
+        p.slurmd_nodes = vec![("node-1".into(), 9001), ("node-2".into(), 9002)];
+        p.policy = Policy {
+            preempt: Some(PreemptMode::Requeue),
+            partitions: vec![Partition::new("high", 10)],
+            licenses: vec![("lic".into(), 2), ("fluent".into(), 4)],
+            def_mem_per_cpu_mb: Some(1000),
+            extra_lines: vec!["PriorityType=priority/basic".into()],
+        };
+        let text = render(&p);
+        assert!(text.contains(
+            "NodeName=node-1 NodeAddr=127.0.0.1 NodeHostname=localhost Port=9001 CPUs=8 "
+        ));
+        assert!(
+            text.contains("NodeName=node-2 NodeAddr=127.0.0.1 NodeHostname=localhost Port=9002")
+        );
+        assert!(text.contains("RealMemory=16000 Feature=slurm-bridge State=UNKNOWN\n"));
+        assert!(text.contains("PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n"));
+        assert!(text.contains(
+            "PartitionName=high Nodes=slurm-bridge State=UP MaxTime=INFINITE PriorityTier=10\n"
+        ));
+        assert!(text.contains("Licenses=lic:2,fluent:4\n"));
+        assert!(text.contains("DefMemPerCPU=1000\n"));
+        assert!(text.ends_with("PriorityType=priority/basic\n"));
+        // Node lines come before the node set and partitions that use them.
+        assert!(text.find("NodeName=node-2").unwrap() < text.find("Nodeset=").unwrap());
     }
 }

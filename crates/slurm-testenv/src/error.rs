@@ -57,6 +57,12 @@ pub enum Error {
     #[error("invalid instance name {name:?}: use 1-40 characters from a-z, A-Z, 0-9, '-' and '_'")]
     InvalidName { name: String },
 
+    #[error("{daemon} is not running in this instance")]
+    NotRunning { daemon: String },
+
+    #[error("no slurmd-run node {node:?} in this instance (its slurmd nodes: {nodes:?})")]
+    NoSuchNode { node: String, nodes: Vec<String> },
+
     #[error("`{command}` exited with {status}: {stderr}")]
     CommandFailed {
         command: String,

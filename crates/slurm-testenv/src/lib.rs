@@ -30,5 +30,5 @@ mod sandbox;
 pub mod shell;
 
 pub use error::{Error, Result};
-pub use instance::{DATA_PARSER, Instance, InstanceOptions, sweep_stale};
+pub use instance::{DATA_PARSER, Daemon, Instance, InstanceOptions, sweep_stale};
 pub use node::NodeSpec;

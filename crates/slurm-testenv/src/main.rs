@@ -1,7 +1,8 @@
 //! `slurm-testenv`: start, inspect and stop real Slurm instances from the shell.
 
-use clap::{Parser, Subcommand};
-use slurm_testenv::{Instance, InstanceOptions};
+use clap::{Args, Parser, Subcommand};
+use slurm_testenv::conf::{Partition, Policy, PreemptMode};
+use slurm_testenv::{Daemon, Instance, InstanceOptions};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -22,9 +23,8 @@ enum Cmd {
     Up {
         #[arg(long, default_value = "default")]
         name: String,
-        /// External nodes node-1 .. node-N to create (8 CPUs, 16000 MB, feature slurm-bridge).
-        #[arg(long, default_value_t = 0)]
-        nodes: u32,
+        #[command(flatten)]
+        shape: Shape,
     },
     /// Print the same lines as `up` for a running instance.
     Env {
@@ -49,11 +49,104 @@ enum Cmd {
     Run {
         #[arg(long, default_value = "default")]
         name: String,
-        #[arg(long, default_value_t = 0)]
-        nodes: u32,
+        #[command(flatten)]
+        shape: Shape,
+    },
+    /// Pause a daemon (SIGSTOP): `slurmctld`, `slurmrestd` or `slurmd:NODE`; it answers nothing until resumed.
+    Pause {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
+    },
+    /// Resume a paused daemon (SIGCONT).
+    Resume {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
+    },
+    /// Kill a daemon (SIGKILL, as a crash) and start it again with its saved state.
+    Restart {
+        #[arg(long, default_value = "default")]
+        name: String,
+        daemon: Daemon,
     },
     /// Build (or check) the cached root file system only.
     Prepare,
+}
+
+/// The nodes and policy of a new instance (`up` and `run`).
+#[derive(Args)]
+struct Shape {
+    /// Nodes node-1 .. node-S, each run by a real slurmd (8 CPUs, 16000 MB, feature slurm-bridge).
+    #[arg(long, default_value_t = 0)]
+    slurmd_nodes: u32,
+    /// External nodes (8 CPUs, 16000 MB, feature slurm-bridge), numbered after the slurmd nodes.
+    #[arg(long, default_value_t = 0)]
+    nodes: u32,
+    /// Preemption by partition priority tier: `requeue` or `cancel` (PreemptMode).
+    #[arg(long, value_parser = parse_preempt)]
+    preempt: Option<PreemptMode>,
+    /// One more partition over the same nodes, as NAME:PRIORITY_TIER (slurm-bridge has tier 1); repeatable.
+    #[arg(long = "partition", value_parser = parse_partition)]
+    partitions: Vec<Partition>,
+    /// A cluster license, as NAME:COUNT; repeatable.
+    #[arg(long = "license", value_parser = parse_license)]
+    licenses: Vec<(String, u32)>,
+    /// DefMemPerCPU in MB (without it a job that asks no memory takes a whole node's).
+    #[arg(long)]
+    def_mem_per_cpu: Option<u64>,
+}
+
+impl Shape {
+    fn options(self, name: String, detached: bool) -> InstanceOptions {
+        InstanceOptions {
+            name: Some(name),
+            nodes: self.nodes,
+            slurmd_nodes: self.slurmd_nodes,
+            policy: Policy {
+                preempt: self.preempt,
+                partitions: self.partitions,
+                licenses: self.licenses,
+                def_mem_per_cpu_mb: self.def_mem_per_cpu,
+                extra_lines: Vec::new(),
+            },
+            detached,
+            ..Default::default()
+        }
+    }
+}
+
+fn parse_preempt(s: &str) -> Result<PreemptMode, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "requeue" => Ok(PreemptMode::Requeue),
+        "cancel" => Ok(PreemptMode::Cancel),
+        _ => Err(format!("{s:?}: expected `requeue` or `cancel`")),
+    }
+}
+
+fn name_and_number<T: std::str::FromStr>(s: &str, what: &str) -> Result<(String, T), String> {
+    let (name, n) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected NAME:{what}"))?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!("{s:?}: NAME must be letters, digits, '-' or '_'"));
+    }
+    let n = n
+        .parse()
+        .map_err(|_| format!("{s:?}: {what} must be a whole number"))?;
+    Ok((name.to_string(), n))
+}
+
+fn parse_partition(s: &str) -> Result<Partition, String> {
+    name_and_number::<u16>(s, "PRIORITY_TIER").map(|(n, t)| Partition::new(n, t))
+}
+
+fn parse_license(s: &str) -> Result<(String, u32), String> {
+    name_and_number(s, "COUNT")
 }
 
 fn main() -> ExitCode {
@@ -80,17 +173,17 @@ const REAP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
     match cmd {
-        Cmd::Up { name, nodes } => {
-            eprintln!("slurm-testenv: starting instance {name:?} with {nodes} external node(s)");
-            let inst = Instance::start(InstanceOptions {
-                name: Some(name),
-                nodes,
-                detached: true,
-                ..Default::default()
-            })?;
+        Cmd::Up { name, shape } => {
             eprintln!(
-                "slurm-testenv: instance {:?} is up (state and logs in {})",
+                "slurm-testenv: starting instance {name:?} with {} slurmd node(s) and {} external node(s)",
+                shape.slurmd_nodes, shape.nodes
+            );
+            let started = std::time::Instant::now();
+            let inst = Instance::start(shape.options(name, true))?;
+            eprintln!(
+                "slurm-testenv: instance {:?} is up after {:.1} s (state and logs in {})",
                 inst.name(),
+                started.elapsed().as_secs_f64(),
                 inst.dir().display()
             );
             print!("{}", slurm_testenv::shell::exports(&inst.env_lines()));
@@ -135,12 +228,8 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run { name, nodes } => {
-            let inst = Instance::start(InstanceOptions {
-                name: Some(name),
-                nodes,
-                ..Default::default()
-            })?;
+        Cmd::Run { name, shape } => {
+            let inst = Instance::start(shape.options(name, false))?;
             print!("{}", inst.env_lines());
             use std::io::Write;
             let _ = std::io::stdout().flush();
@@ -151,6 +240,21 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
             loop {
                 std::thread::park();
             }
+        }
+        Cmd::Pause { name, daemon } => {
+            running(&name)?.pause(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} paused");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Resume { name, daemon } => {
+            running(&name)?.resume(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} resumed");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Restart { name, daemon } => {
+            running(&name)?.restart(&daemon)?;
+            eprintln!("slurm-testenv: {daemon} of instance {name:?} restarted");
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Prepare => {
             let rootfs = slurm_testenv::rootfs::ensure()?;

@@ -69,6 +69,25 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
+/// Every process below `pid` (children, their children, ...), parents before children.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = children(pid);
+    while let Some(p) = todo.pop() {
+        out.push(p);
+        todo.extend(children(p));
+    }
+    out
+}
+
+/// The command name of a process (`/proc/PID/comm`), if it exists.
+pub fn command_name(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Sends `signal` to `pid` (no-op for PIDs <= 0 or processes already gone).
 pub fn kill(pid: i32, signal: i32) {
     if pid > 0 {
         // SAFETY: plain syscall with a positive PID; failure (already gone) is fine.

@@ -16,9 +16,11 @@ use std::time::Instant;
 
 /// Debian suite that carries Slurm 25.11 or newer.
 const SUITE: &str = "sid";
-/// Packages installed into the root file system (kubectl comes with kube-testenv instead).
+/// Packages installed into the root file system (kubectl comes with kube-testenv instead);
+/// slurmd runs the batch work of hybrid nodes.
 pub const PACKAGES: &[&str] = &[
     "slurmctld",
+    "slurmd",
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",

@@ -1,8 +1,13 @@
 //! Commands run inside the Slurm root file system, each in private mount and PID namespaces.
 //!
+//! Commands of an instance start in its `work/` folder (`/slurm-testenv/work` inside), so batch
+//! jobs' output files (`slurm-<id>.out`) land there, not in the shared root file system.
+//!
 //! The namespaces make cleanup automatic: `/proc`, `/dev`, `/etc/hosts` and the instance folder
 //! (and its `run/` over the root fs's `/run`, where slurmctld puts the auth socket `sack.socket`
-//! that clients prefer to slurm.key: shared, it would mix up instances) are mounted only inside
+//! that clients prefer to slurm.key: shared, it would mix up instances; each slurmd gets its own,
+//! `run-<node>/` named by `SLURM_TESTENV_RUN`, since every slurmd binds `/run/slurm/sack.socket`
+//! and two would take it from each other) are mounted only inside
 //! the namespace (nothing leaks into the host's mount table), and when the
 //! namespace's first process dies the kernel kills everything else in it.
 
@@ -17,7 +22,10 @@ R="$1"; I="$2"; shift 2
 mount -t proc proc "$R/proc"
 mount --rbind /dev "$R/dev"
 mount --bind /etc/hosts "$R/etc/hosts"
-if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$I/run"; mount --bind "$I/run" "$R/run"; fi
+mount --rbind /sys "$R/sys"
+RUN="$I/${SLURM_TESTENV_RUN:-run}"
+if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
+if [ -n "$I" ]; then exec chroot "$R" env -C /slurm-testenv/work "$@"; fi
 exec chroot "$R" "$@""#;
 
 /// Like [`EXEC_SCRIPT`] but the shell stays as PID 1 of the namespace and reaps, so a daemon that
@@ -27,8 +35,10 @@ R="$1"; I="$2"; shift 2
 mount -t proc proc "$R/proc"
 mount --rbind /dev "$R/dev"
 mount --bind /etc/hosts "$R/etc/hosts"
-if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$I/run"; mount --bind "$I/run" "$R/run"; fi
-chroot "$R" "$@" &
+mount --rbind /sys "$R/sys"
+RUN="$I/${SLURM_TESTENV_RUN:-run}"
+if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
+if [ -n "$I" ]; then chroot "$R" env -C /slurm-testenv/work "$@" & else chroot "$R" "$@" & fi
 wait $!"#;
 
 /// How the command's namespace is run.

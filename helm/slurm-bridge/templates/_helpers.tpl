@@ -268,6 +268,10 @@ schedulerName: {{ .Values.schedulerConfig.schedulerName | quote }}
 slurmRestApi: {{ .Values.sharedConfig.slurmRestApi | quote }}
 mcsLabel: {{ .Values.schedulerConfig.mcsLabel | quote }}
 partition: {{ .Values.schedulerConfig.partition | quote }}
+{{- with .Values.schedulerConfig.priorityClasses }}
+priorityClasses:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- if .Values.admission.managedNamespaceSelector }}
 managedNamespaceSelector:
   {{- toYaml .Values.admission.managedNamespaceSelector | nindent 2 }}

@@ -6,7 +6,7 @@ use slurm_rest::models::{JobDescMsg, JobFlag, NoVal, Shared};
 use super::Translation;
 use super::admin_comment::AdminComment;
 use super::ir::{SlurmJobIr, pod_key};
-use crate::config::Config;
+use crate::config::{Config, PriorityMapping};
 
 /// Working directory of every external job (slurmctld wants one; nothing runs there).
 pub const WORKING_DIRECTORY: &str = "/tmp";
@@ -30,13 +30,29 @@ pub fn default_job_name(ir: &SlurmJobIr) -> String {
     format!("{}/{}", ir.root.namespace, ir.root.name)
 }
 
+/// The config's Slurm settings for the group's PriorityClass: that of its pod with the highest
+/// `spec.priority` (the first such pod in name order on a tie), when the config maps the class.
+pub fn priority_mapping<'a>(ir: &SlurmJobIr, cfg: &'a Config) -> Option<&'a PriorityMapping> {
+    if cfg.priority_classes.is_empty() {
+        return None;
+    }
+    let top = ir
+        .pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref())
+        .filter_map(|s| Some((s.priority.unwrap_or(0), s.priority_class_name.as_deref()?)))
+        .reduce(|best, next| if next.0 > best.0 { next } else { best })?;
+    cfg.priority_class(top.1)
+}
+
 /// Build the job description.
 ///
 /// Always: `EXTERNAL_JOB`, the admin_comment, `/tmp` as working directory, a name (else
 /// [`default_job_name`]), `nodes` = the number of pods (over `pods-per-node`), `shared` (`["none"]` unless `exclusive=false`). From the config: the
 /// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
 /// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
-/// Unset IR fields are left out.
+/// Unset IR fields are left out. A mapped PriorityClass ([`priority_mapping`]) gives `qos`,
+/// `partition` and `priority` where the `slurmjob.*` annotations give none.
 pub fn build(
     ir: &SlurmJobIr,
     group_key: &str,
@@ -44,15 +60,20 @@ pub fn build(
     excluded_nodes: &[String],
 ) -> JobDescMsg {
     let j = &ir.job;
+    let mapped = priority_mapping(ir, cfg);
     JobDescMsg {
         flags: Some(vec![JobFlag::ExternalJob]),
         admin_comment: Some(admin_comment(ir, group_key).encode()),
         current_working_directory: Some(WORKING_DIRECTORY.to_string()),
         name: Some(j.job_name.clone().unwrap_or_else(|| default_job_name(ir))),
-        partition: j.partition.clone().or_else(|| non_empty(&cfg.partition)),
+        partition: j
+            .partition
+            .clone()
+            .or_else(|| mapped.and_then(|m| m.partition.clone()))
+            .or_else(|| non_empty(&cfg.partition)),
         mcs_label: non_empty(&cfg.mcs_label),
         account: j.account.clone(),
-        qos: j.qos.clone(),
+        qos: j.qos.clone().or_else(|| mapped.and_then(|m| m.qos.clone())),
         reservation: j.reservation.clone(),
         constraints: j.constraints.clone(),
         licenses: j.licenses.clone(),
@@ -67,7 +88,10 @@ pub fn build(
         memory_per_node: j.mem_per_node_mib.map(NoVal::Set),
         tres_per_node: j.gres.clone(),
         time_limit: j.time_limit_minutes.map(NoVal::Set),
-        priority: j.priority.map(NoVal::Set),
+        priority: j
+            .priority
+            .or_else(|| mapped.and_then(|m| m.priority))
+            .map(NoVal::Set),
         shared: Some(if j.exclusive.unwrap_or(true) {
             vec![Shared::None]
         } else {
@@ -176,6 +200,76 @@ mod tests {
         assert_eq!(d.priority, Some(NoVal::Set(5)));
         assert_eq!(d.excluded_nodes, None);
         assert!(d.required_nodes.is_none());
+    }
+
+    fn pod_of_class(name: &str, class: &str, priority: i32) -> Pod {
+        let mut p = pod(name);
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            priority_class_name: Some(class.into()),
+            priority: Some(priority),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn a_mapped_priority_class_gives_qos_partition_and_priority_unless_annotated() {
+        let cfg = Config::from_yaml(
+            "partition: slurm-bridge\npriorityClasses:\n  high: {qos: urgent, partition: fast, priority: 900}\n  low: {qos: scavenger}\n",
+        )
+        .unwrap();
+        let ir = |pods: Vec<Pod>, job: JobInfo| SlurmJobIr {
+            root: ObjectRef::new("v1", "Pod", "ns", "p"),
+            pods,
+            job,
+        };
+        // The highest-priority pod's class counts.
+        let d = build(
+            &ir(
+                vec![
+                    pod_of_class("a", "low", 10),
+                    pod_of_class("b", "high", 1000),
+                ],
+                JobInfo::default(),
+            ),
+            "g",
+            &cfg,
+            &[],
+        );
+        assert_eq!(d.qos.as_deref(), Some("urgent"));
+        assert_eq!(d.partition.as_deref(), Some("fast"));
+        assert_eq!(d.priority, Some(NoVal::Set(900)));
+        // A class mapping only a QoS keeps the config's partition and no priority.
+        let d = build(
+            &ir(vec![pod_of_class("a", "low", 10)], JobInfo::default()),
+            "g",
+            &cfg,
+            &[],
+        );
+        assert_eq!(d.qos.as_deref(), Some("scavenger"));
+        assert_eq!(d.partition.as_deref(), Some("slurm-bridge"));
+        assert_eq!(d.priority, None);
+        // Annotations win field by field.
+        let annotated = JobInfo {
+            qos: Some("normal".into()),
+            priority: Some(5),
+            ..Default::default()
+        };
+        let d = build(
+            &ir(vec![pod_of_class("b", "high", 1000)], annotated),
+            "g",
+            &cfg,
+            &[],
+        );
+        assert_eq!(d.qos.as_deref(), Some("normal"));
+        assert_eq!(d.priority, Some(NoVal::Set(5)));
+        assert_eq!(d.partition.as_deref(), Some("fast"));
+        // An unmapped class, or none, changes nothing.
+        for p in [pod_of_class("c", "other", 50), pod("d")] {
+            let d = build(&ir(vec![p], JobInfo::default()), "g", &cfg, &[]);
+            assert_eq!((d.qos, d.priority), (None, None));
+            assert_eq!(d.partition.as_deref(), Some("slurm-bridge"));
+        }
     }
 
     #[test]

@@ -71,6 +71,22 @@ impl Drop for Controllers {
     }
 }
 
+/// The pod's `DisruptionTarget=True` condition, as (reason, message).
+pub fn disruption(p: &Pod) -> Option<(String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
 fn is_terminal(p: &Pod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -107,6 +123,7 @@ impl Env {
                 self.scontrol_job(id)
             );
         }
+        let slurm_names = self.slurm_names().await;
         for p in pods.iter().filter(|p| !is_terminal(p)) {
             let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                 continue;
@@ -120,9 +137,10 @@ impl Env {
             let job = self.rest.job(id).await.expect("job of a bound pod exists");
             let allocated =
                 slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
+            let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
             assert!(
-                allocated.iter().any(|n| n == node),
-                "pod {} runs on {node}, not on its job {id}'s nodes {allocated:?}",
+                allocated.iter().any(|n| n == slurm_node),
+                "pod {} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
                 p.name_any()
             );
         }

@@ -70,13 +70,6 @@ impl Env {
         nodes: u32,
         configure: impl FnOnce(&mut kube_testenv::InstanceOptions),
     ) -> Env {
-        init_tracing();
-        let slurm = tokio::task::spawn_blocking(move || {
-            slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
-                nodes,
-                ..Default::default()
-            })
-        });
         let mut opts = kube_testenv::InstanceOptions::with_nodes(nodes as usize);
         // Slurm's external nodes stand for these nodes: the node controller keeps them (an
         // unlabelled node's external Slurm node is drained and removed).
@@ -87,7 +80,39 @@ impl Env {
             );
         }
         configure(&mut opts);
-        let kube_env = kube_testenv::Instance::start(opts)
+        let slurm_opts = slurm_testenv::InstanceOptions {
+            nodes,
+            ..Default::default()
+        };
+        Self::start_with(slurm_opts, opts).await
+    }
+
+    /// Hybrid nodes: Slurm nodes `node-1` .. `node-N` run by real slurmd daemons under
+    /// `policy`, and the Kubernetes nodes of the same hosts (same names, not labelled external:
+    /// slurmd, not the bridge, owns their Slurm nodes), changed by `configure`.
+    pub async fn start_hybrid(
+        slurmd_nodes: u32,
+        policy: slurm_testenv::conf::Policy,
+        configure: impl FnOnce(&mut kube_testenv::InstanceOptions),
+    ) -> Env {
+        let mut opts = kube_testenv::InstanceOptions::with_nodes(slurmd_nodes as usize);
+        configure(&mut opts);
+        let slurm_opts = slurm_testenv::InstanceOptions {
+            slurmd_nodes,
+            policy,
+            ..Default::default()
+        };
+        Self::start_with(slurm_opts, opts).await
+    }
+
+    /// Real Slurm and a real control plane, started side by side.
+    pub async fn start_with(
+        slurm_opts: slurm_testenv::InstanceOptions,
+        kube_opts: kube_testenv::InstanceOptions,
+    ) -> Env {
+        init_tracing();
+        let slurm = tokio::task::spawn_blocking(move || slurm_testenv::Instance::start(slurm_opts));
+        let kube_env = kube_testenv::Instance::start(kube_opts)
             .await
             .expect("start the Kubernetes control plane");
         let slurm = slurm.await.unwrap().expect("start Slurm");
@@ -266,28 +291,57 @@ impl Env {
             .collect()
     }
 
-    /// Ids of every job Slurm lists (any state).
-    pub fn slurm_job_ids(&self) -> Vec<u32> {
+    /// Ids of the external jobs (the bridge's kind) Slurm lists in `states`; batch jobs of
+    /// hybrid nodes belong to no pod and are left out.
+    fn external_job_ids(&self, states: &str) -> Vec<u32> {
         let out = self
             .slurm
-            .run(&["squeue", "--noheader", "--states=all", "-o", "%i"])
+            .run(&["squeue", "--json", &format!("--states={states}")])
             .unwrap();
-        out.lines().filter_map(|l| l.trim().parse().ok()).collect()
+        let v: Value = serde_json::from_str(&out).expect("squeue --json");
+        v["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| {
+                j["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == "EXTERNAL_JOB"))
+            })
+            .filter_map(|j| j["job_id"].as_u64())
+            .map(|id| id as u32)
+            .collect()
     }
 
-    /// Ids of pending or running jobs.
+    /// Ids of every external job Slurm lists (any state).
+    pub fn slurm_job_ids(&self) -> Vec<u32> {
+        self.external_job_ids("all")
+    }
+
+    /// Ids of pending or running external jobs.
     pub fn active_job_ids(&self) -> Vec<u32> {
-        let out = self
-            .slurm
-            .run(&[
-                "squeue",
-                "--noheader",
-                "--states=PENDING,RUNNING",
-                "-o",
-                "%i",
-            ])
-            .unwrap();
-        out.lines().filter_map(|l| l.trim().parse().ok()).collect()
+        self.external_job_ids("PENDING,RUNNING")
+    }
+
+    /// Kubernetes node name -> the Slurm node behind it (the `slurm-nodename` label, else the
+    /// node's own name).
+    pub async fn slurm_names(&self) -> BTreeMap<String, String> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.kube.clone());
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|n| {
+                let slurm = n
+                    .labels()
+                    .get(slurm_bridge::wellknown::LABEL_SLURM_NODENAME)
+                    .cloned()
+                    .unwrap_or_else(|| n.name_any());
+                (n.name_any(), slurm)
+            })
+            .collect()
     }
 
     pub fn scontrol_job(&self, id: u32) -> String {
@@ -306,6 +360,7 @@ impl Env {
             .await
             .unwrap()
             .items;
+        let slurm_names = self.slurm_names().await;
         let mut by_job: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
         for p in &pods {
             if let Some(id) = p.labels().get(LABEL_SLURM_JOBID) {
@@ -318,9 +373,10 @@ impl Env {
                     let job = self.rest.job(id).await.expect("job of a bound pod exists");
                     let allocated =
                         slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
+                    let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
                     assert!(
-                        allocated.iter().any(|n| n == node),
-                        "pod {} runs on {node}, not on its job {id}'s nodes {allocated:?}",
+                        allocated.iter().any(|n| n == slurm_node),
+                        "pod {} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
                         p.name_any()
                     );
                 }

@@ -1,12 +1,19 @@
-//! One isolated Slurm: slurmctld + slurmrestd with their own slurm.conf, ports, keys, state, logs.
+//! One isolated Slurm: slurmctld + slurmrestd (and slurmd nodes) with their own slurm.conf, ports,
+//! keys, state, logs.
 
-use crate::conf::{self, ConfParams};
+mod daemons;
+mod faults;
+mod slurmd;
+
+pub use faults::Daemon;
+
+use crate::conf::Policy;
 use crate::error::{Error, Result};
 use crate::node::NodeSpec;
 use crate::paths::run_dir;
 use crate::process::{self, ProcId};
-use crate::rootfs::{self, REST_USER, Rootfs, tail_of};
-use crate::{http, ports, sandbox};
+use crate::rootfs::{self, Rootfs};
+use crate::{ports, sandbox};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -15,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The data_parser version slurmrestd serves.
 pub const DATA_PARSER: &str = "v0.0.44";
@@ -27,8 +34,14 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct InstanceOptions {
     /// Instance name; tests leave it `None` for a unique one.
     pub name: Option<String>,
-    /// External nodes `node-1` .. `node-N` created at start (8 CPUs, 16000 MB, feature slurm-bridge).
+    /// External nodes created at start (8 CPUs, 16000 MB, feature slurm-bridge), numbered after
+    /// the slurmd nodes: `node-(S+1)` .. `node-(S+N)` with `S = slurmd_nodes`.
     pub nodes: u32,
+    /// Nodes `node-1` .. `node-S`, each run by a real slurmd (8 CPUs, 16000 MB, feature
+    /// slurm-bridge), where batch jobs run: the hybrid nodes a kubelet shares with slurmd.
+    pub slurmd_nodes: u32,
+    /// Preemption, more partitions, licenses and other slurm.conf knobs.
+    pub policy: Policy,
     /// slurm.conf MaxNodeCount; default: 4096, or more when `nodes` needs it.
     pub max_node_count: Option<u32>,
     /// Lifetime of the root token.
@@ -42,6 +55,8 @@ impl Default for InstanceOptions {
         InstanceOptions {
             name: None,
             nodes: 0,
+            slurmd_nodes: 0,
+            policy: Policy::default(),
             max_node_count: None,
             token_lifespan: Duration::from_secs(30 * 24 * 3600),
             detached: false,
@@ -62,12 +77,24 @@ struct Meta {
     owner: Option<ProcId>,
     slurmctld: Option<ProcId>,
     slurmrestd: Option<ProcId>,
+    /// The slurmd-run nodes, in name order.
+    #[serde(default)]
+    slurmd: Vec<SlurmdMeta>,
+}
+
+/// One slurmd-run node: its name, port and (while it runs) the `unshare` wrapper of its slurmd.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct SlurmdMeta {
+    node: String,
+    port: u16,
+    proc: Option<ProcId>,
 }
 
 #[derive(Default)]
 struct Children {
     slurmctld: Option<Child>,
     slurmrestd: Option<Child>,
+    slurmd: std::collections::BTreeMap<String, Child>,
     watchdog: Option<Child>,
 }
 
@@ -146,7 +173,7 @@ impl Instance {
             }
             rootfs::remove_tree(&dir)?;
         }
-        for sub in ["state", "spool"] {
+        for sub in ["state", "spool", "work"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(Error::io(format!("create {}", dir.display())))?;
         }
@@ -160,7 +187,15 @@ impl Instance {
         } else {
             Some(ProcId::current())
         };
-        let inst = ports::reserve(3, |p| {
+        let slurmd_count = opts.slurmd_nodes as usize;
+        let inst = ports::reserve(3 + slurmd_count, |p| {
+            let slurmd = (0..slurmd_count)
+                .map(|i| SlurmdMeta {
+                    node: format!("node-{}", i + 1),
+                    port: p[3 + i],
+                    proc: None,
+                })
+                .collect();
             let inst = Instance {
                 rest_url: format!("http://127.0.0.1:{}", p[2]),
                 token: String::new(),
@@ -174,6 +209,7 @@ impl Instance {
                     owner,
                     slurmctld: None,
                     slurmrestd: None,
+                    slurmd,
                 }),
                 children: Mutex::new(Children::default()),
                 owned: true,
@@ -192,10 +228,13 @@ impl Instance {
         let max_nodes = opts
             .max_node_count
             .unwrap_or_else(|| 4096.max(opts.nodes.saturating_add(1024)));
-        inst.start_slurmctld(max_nodes)?;
+        inst.start_slurmctld(max_nodes, &opts.policy)?;
         if opts.nodes > 0 {
-            inst.create_node(&NodeSpec::new(format!("node-[1-{}]", opts.nodes)))?;
+            let first = opts.slurmd_nodes + 1;
+            let last = opts.slurmd_nodes + opts.nodes;
+            inst.create_node(&NodeSpec::new(format!("node-[{first}-{last}]")))?;
         }
+        inst.start_all_slurmd()?;
         inst.token = inst.mint_token("root", opts.token_lifespan.as_secs())?;
         write_secret(&inst.token_file, inst.token.as_bytes())?;
         inst.start_slurmrestd()?;
@@ -289,6 +328,7 @@ impl Instance {
         [meta.slurmctld, meta.slurmrestd]
             .into_iter()
             .flatten()
+            .chain(meta.slurmd.iter().filter_map(|d| d.proc))
             .collect()
     }
 
@@ -395,192 +435,6 @@ impl Instance {
         )))
     }
 
-    fn start_slurmctld(&self, max_node_count: u32) -> Result<()> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let params = {
-                let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
-                ConfParams {
-                    cluster_name: format!("st{}", meta.slurmctld_port),
-                    slurmctld_port: meta.slurmctld_port,
-                    slurmd_port: meta.slurmd_port,
-                    max_node_count,
-                }
-            };
-            fs::write(self.slurm_conf(), conf::render(&params))
-                .map_err(Error::io("write slurm.conf"))?;
-            let log = self.dir.join("slurmctld.out");
-            let child = self.spawn_daemon(&["slurmctld", "-D", "-i"], &log, &[])?;
-            let id = ProcId::of(child.id() as i32);
-            self.children
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .slurmctld = Some(child);
-            self.meta
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .slurmctld = id;
-            self.save_meta()?;
-            match self.wait_slurmctld(&log) {
-                Err(Error::PortInUse { .. }) if attempt < 4 => {
-                    self.stop_child(|c| &mut c.slurmctld);
-                    ports::reserve(2, |p| {
-                        {
-                            let mut meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
-                            meta.slurmctld_port = p[0];
-                            meta.slurmd_port = p[1];
-                        }
-                        self.save_meta()
-                    })?;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn wait_slurmctld(&self, out_log: &Path) -> Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        let port = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmctld_port;
-        loop {
-            if !self.child_alive(|c| &mut c.slurmctld) {
-                let mut tail = tail_of(&self.slurmctld_log(), 15);
-                let out = tail_of(out_log, 10);
-                if !out.is_empty() {
-                    tail = format!("{tail}\n{out}");
-                }
-                if tail.contains("Address already in use") {
-                    return Err(Error::PortInUse {
-                        port,
-                        what: "slurmctld",
-                    });
-                }
-                return Err(Error::DaemonFailed {
-                    daemon: "slurmctld",
-                    reason: "it exited".into(),
-                    log: self.slurmctld_log(),
-                    tail,
-                });
-            }
-            if tail_of(&self.slurmctld_log(), 30).contains("Address already in use") {
-                return Err(Error::PortInUse {
-                    port,
-                    what: "slurmctld",
-                });
-            }
-            if let Ok(out) = self.exec(&["scontrol", "ping"])
-                && String::from_utf8_lossy(&out.stdout).contains("is UP")
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(Error::DaemonFailed {
-                    daemon: "slurmctld",
-                    reason: format!(
-                        "`scontrol ping` did not answer UP within {} s",
-                        START_TIMEOUT.as_secs()
-                    ),
-                    log: self.slurmctld_log(),
-                    tail: tail_of(&self.slurmctld_log(), 15),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Starts slurmrestd (again, after [`Instance::stop_slurmrestd`]) on the instance's REST port
-    /// and waits until it answers.
-    pub fn start_slurmrestd(&self) -> Result<()> {
-        let port = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .rest_port;
-        let listen = format!("127.0.0.1:{port}");
-        let log = self.dir.join("slurmrestd.log");
-        let child = self.spawn_daemon(
-            &[
-                "slurmrestd",
-                "-u",
-                REST_USER,
-                "-g",
-                REST_USER,
-                "-a",
-                "rest_auth/jwt",
-                "-s",
-                "slurmctld",
-                "-d",
-                DATA_PARSER,
-                &listen,
-            ],
-            &log,
-            &[("SLURM_JWT", "daemon")],
-        )?;
-        let id = ProcId::of(child.id() as i32);
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd = Some(child);
-        self.meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd = id;
-        self.save_meta()?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        let path = format!("/slurm/{DATA_PARSER}/ping/");
-        loop {
-            if !self.child_alive(|c| &mut c.slurmrestd) {
-                let tail = tail_of(&log, 15);
-                if tail.contains("Address already in use") {
-                    return Err(Error::PortInUse {
-                        port,
-                        what: "slurmrestd",
-                    });
-                }
-                return Err(Error::DaemonFailed {
-                    daemon: "slurmrestd",
-                    reason: "it exited".into(),
-                    log,
-                    tail,
-                });
-            }
-            if let Ok(200) = http::get_status(port, &path, &self.token) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(Error::DaemonFailed {
-                    daemon: "slurmrestd",
-                    reason: format!(
-                        "GET {path} did not answer 200 within {} s",
-                        START_TIMEOUT.as_secs()
-                    ),
-                    log: log.clone(),
-                    tail: tail_of(&log, 15),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Stops slurmrestd only (slurmctld keeps running), to test a client against an outage.
-    pub fn stop_slurmrestd(&self) -> Result<()> {
-        self.stop_child(|c| &mut c.slurmrestd);
-        let id = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd
-            .take();
-        if let Some(id) = id {
-            process::stop_sandbox(id, STOP_TIMEOUT);
-        }
-        self.save_meta()
-    }
-
     fn child_alive(&self, pick: impl Fn(&mut Children) -> &mut Option<Child>) -> bool {
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
         match pick(&mut children) {
@@ -641,6 +495,9 @@ rm -rf --one-file-system "$D""#;
                 let _ = w.kill();
                 let _ = w.wait();
             }
+        }
+        for node in self.slurmd_nodes() {
+            let _ = self.kill_slurmd(&node);
         }
         self.stop_child(|c| &mut c.slurmrestd);
         self.stop_child(|c| &mut c.slurmctld);

@@ -1,0 +1,281 @@
+//! The daemons of one instance, started in one process group, waited for until ready, and
+//! stopped together; readiness probes of the API server and of plain-HTTP endpoints.
+
+use crate::agent::NodeSpec;
+use crate::error::{Error, Result, tail_of};
+use crate::instance::{READY_TIMEOUT, kill_group};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills and reaps one child. The watchdog leads its own process group: the whole group goes,
+/// else its `tail --pid=OWNER` would live on until the owner exits.
+pub(crate) fn stop_child(component: &str, child: &mut Child) {
+    if component == "watchdog" {
+        kill_group(child.id() as i32);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The daemons of one instance: one process group, led by the first one started.
+pub(crate) struct Launcher {
+    pub(crate) dir: PathBuf,
+    pub(crate) children: Vec<(&'static str, Child)>,
+    pub(crate) pgid: i32,
+    /// How each daemon was started (binary, arguments), to start it again (crate::faults).
+    pub(crate) specs: Vec<(&'static str, PathBuf, Vec<String>)>,
+}
+
+impl Launcher {
+    pub(crate) fn log_path(&self, component: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{component}.log"))
+    }
+
+    /// Starts `binary ARGS` with output to `logs/<component>.log`, in the instance's group.
+    pub(crate) fn spawn(
+        &mut self,
+        component: &'static str,
+        binary: &Path,
+        args: &[String],
+    ) -> Result<()> {
+        let log_path = self.log_path(component);
+        // Appended: a daemon started again (crate::faults) keeps its earlier log.
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(Error::io(format!("create {}", log_path.display())))?;
+        let err = log.try_clone().map_err(Error::io("clone log handle"))?;
+        let child = Command::new(binary)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .process_group(self.pgid)
+            .spawn()
+            .map_err(Error::io(format!("start {}", binary.display())))?;
+        let first = self.pgid == 0;
+        if first {
+            self.pgid = child.id() as i32;
+        }
+        tracing::debug!(component, pid = child.id(), "kube-testenv: started");
+        self.children.push((component, child));
+        if !self.specs.iter().any(|(c, _, _)| *c == component) {
+            self.specs
+                .push((component, binary.to_path_buf(), args.to_vec()));
+        }
+        if first {
+            self.spawn_watchdog()?;
+        }
+        Ok(())
+    }
+
+    /// A shell outside the group that kills the group when the owning process dies (a test
+    /// killed mid-run), so no daemon outlives its owner.
+    fn spawn_watchdog(&mut self) -> Result<()> {
+        // `kill -s KILL -- -PGID` is the POSIX form; dash (Debian's /bin/sh) rejects `-KILL --`.
+        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -s KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
+        let child = Command::new("/bin/sh")
+            .args(["-c", script, "kube-testenv-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(self.pgid.to_string())
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(Error::io("start the watchdog"))?;
+        self.children.push(("watchdog", child));
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (component, child) in self.children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = self.dir.join("logs").join(format!("{component}.log"));
+                return Err(Error::Exited {
+                    component,
+                    status: status.to_string(),
+                    tail: tail_of(&log, 30),
+                    log,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn not_ready(&self, component: &'static str, detail: &str) -> Error {
+        let log = self.log_path(component);
+        Error::NotReady {
+            component,
+            seconds: READY_TIMEOUT.as_secs(),
+            detail: detail.into(),
+            tail: tail_of(&log, 30),
+            log,
+        }
+    }
+
+    pub(crate) async fn wait_until(
+        &mut self,
+        component: &'static str,
+        ready: impl Fn() -> bool,
+    ) -> Result<()> {
+        self.wait_until_async(component, || {
+            let r = ready();
+            async move { r }
+        })
+        .await
+    }
+
+    pub(crate) async fn wait_until_async<F, Fut>(
+        &mut self,
+        component: &'static str,
+        ready: F,
+    ) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if ready().await {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(self.not_ready(component, "readiness check kept failing"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) fn kill_all(&mut self) {
+        kill_group(self.pgid);
+        for (component, c) in self.children.iter_mut() {
+            stop_child(component, c);
+        }
+    }
+}
+
+/// Readiness polls of the API server. Not through `kube::Client`, whose tracing layer logs every
+/// expected 500 of a starting server as an error.
+pub(crate) struct Probe {
+    server: String,
+    http: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Empty<bytes::Bytes>,
+    >,
+}
+
+impl Probe {
+    pub(crate) async fn new(kubeconfig: &Path) -> Result<Probe> {
+        use kube::client::ConfigExt;
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+            .map_err(|e| Error::Invalid(format!("read {}: {e}", kubeconfig.display())))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Invalid(format!("kubeconfig: {e}")))?;
+        let https = config
+            .rustls_https_connector()
+            .map_err(|e| Error::Invalid(format!("TLS for the readiness probe: {e}")))?;
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https);
+        Ok(Probe {
+            server: config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string(),
+            http,
+        })
+    }
+
+    /// True when GET `path` answers 200.
+    pub(crate) async fn ok(&self, path: &str) -> bool {
+        let Ok(uri) = format!("{}{path}", self.server).parse::<http::Uri>() else {
+            return false;
+        };
+        self.http
+            .get(uri)
+            .await
+            .is_ok_and(|r| r.status() == http::StatusCode::OK)
+    }
+}
+
+/// Plain-HTTP GET on loopback (etcd's /health); the body when the status is 200.
+pub(crate) fn http_get_plain(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], port).into(),
+        Duration::from_millis(500),
+    )
+    .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
+    ok.then(|| body.to_string())
+}
+
+/// Taints the node lifecycle controller manages: admission puts `not-ready` on new nodes, a node
+/// that missed its heartbeats gets `unreachable`; both are lifted once it reports Ready.
+const LIFECYCLE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
+/// Waits until every node is Ready and free of the node lifecycle controller's taints.
+pub(crate) async fn wait_nodes_schedulable(
+    client: &kube::Client,
+    nodes: &[NodeSpec],
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let deadline = Instant::now() + READY_TIMEOUT;
+    for spec in nodes {
+        loop {
+            let node = api
+                .get_opt(&spec.name)
+                .await
+                .map_err(Error::kube(format!("read node {}", spec.name)))?;
+            let schedulable = node.as_ref().is_some_and(|n| {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| {
+                        ts.iter()
+                            .any(|t| LIFECYCLE_TAINTS.contains(&t.key.as_str()))
+                    });
+                ready && !tainted
+            });
+            if schedulable {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Agent(format!(
+                    "node {} not Ready, or still tainted not-ready or unreachable, within {} s",
+                    spec.name,
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! Selector matching on labels: PV node affinity (node selector terms), a PVC's label
+//! selector on PV labels, and a storage class's allowed topologies.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
+    TopologySelectorTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+type Labels = BTreeMap<String, String>;
+
+fn node_labels(node: &Node) -> &Labels {
+    static EMPTY: Labels = BTreeMap::new();
+    node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
+/// The PV's `spec.nodeAffinity.required` admits the node (no affinity admits every node).
+pub fn pv_node_affinity_matches(pv: &PersistentVolume, node: &Node) -> bool {
+    let required = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref());
+    match required {
+        None => true,
+        Some(sel) => node_selector_matches(sel, node),
+    }
+}
+
+/// Terms are ORed; an empty list of terms matches no node (as Kubernetes).
+pub fn node_selector_matches(sel: &NodeSelector, node: &Node) -> bool {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    sel.node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node_labels(node), name))
+}
+
+/// All expressions and fields of a term must match; an empty term matches nothing.
+fn term_matches(term: &NodeSelectorTerm, labels: &Labels, node_name: &str) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            let value = (r.key == "metadata.name").then_some(node_name);
+            requirement_matches(r, value)
+        })
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// A PVC's `spec.selector` on a PV's labels: no selector or an empty one matches all;
+/// an unknown operator matches nothing (Kubernetes rejects such a selector).
+pub fn label_selector_matches(sel: Option<&LabelSelector>, labels: Option<&Labels>) -> bool {
+    let Some(sel) = sel else { return true };
+    let empty = Labels::new();
+    let labels = labels.unwrap_or(&empty);
+    let by_label = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expr = sel.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expr
+}
+
+/// A storage class's `allowedTopologies`: terms ORed, each term's expressions ANDed (the
+/// node's label value must be one of the listed values); none listed admits every node.
+pub fn allowed_topologies_match(terms: Option<&[TopologySelectorTerm]>, node: &Node) -> bool {
+    let terms = terms.unwrap_or_default();
+    if terms.is_empty() {
+        return true;
+    }
+    let labels = node_labels(node);
+    terms.iter().any(|t| {
+        t.match_label_expressions
+            .iter()
+            .flatten()
+            .all(|r| labels.get(&r.key).is_some_and(|v| r.values.contains(v)))
+    })
+}

@@ -1,0 +1,132 @@
+//! Faults for tests: daemons restarted, paused and resumed.
+
+use super::{Instance, STOP_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::process::{self, ProcId};
+use std::time::{Duration, Instant};
+
+/// A daemon of an instance, for [`Instance::pause`] and [`Instance::resume`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Daemon {
+    Slurmctld,
+    Slurmrestd,
+    /// The slurmd of the named node.
+    Slurmd(String),
+}
+
+impl std::fmt::Display for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Daemon::Slurmctld => f.write_str("slurmctld"),
+            Daemon::Slurmrestd => f.write_str("slurmrestd"),
+            Daemon::Slurmd(node) => write!(f, "the slurmd of {node}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Daemon {
+    type Err = String;
+
+    /// `slurmctld`, `slurmrestd` or `slurmd:NODE`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "slurmctld" => Ok(Daemon::Slurmctld),
+            "slurmrestd" => Ok(Daemon::Slurmrestd),
+            _ => match s.strip_prefix("slurmd:") {
+                Some(node) if !node.is_empty() => Ok(Daemon::Slurmd(node.to_string())),
+                _ => Err(format!(
+                    "{s:?}: expected `slurmctld`, `slurmrestd` or `slurmd:NODE`"
+                )),
+            },
+        }
+    }
+}
+
+impl Instance {
+    /// Stops slurmctld as a service restart does (SIGTERM: it saves its state and exits; killed
+    /// after 10 s) and starts it again from that state; returns once it answers. slurmrestd and
+    /// the slurmd daemons stay up and reconnect.
+    pub fn restart_slurmctld(&self) -> Result<()> {
+        let old = self
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slurmctld
+            .take();
+        if let Some(id) = old {
+            for pid in process::descendants(id.pid) {
+                if process::command_name(pid).as_deref() == Some("slurmctld") {
+                    process::kill(pid, libc::SIGTERM);
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while id.is_alive() && Instant::now() < deadline {
+                // The owning handle reaps its child; an attached one waits for PID 1 to.
+                if let Some(c) = self
+                    .children
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .slurmctld
+                    .as_mut()
+                {
+                    let _ = c.try_wait();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            process::stop_sandbox(id, STOP_TIMEOUT);
+        }
+        self.stop_child(|c| &mut c.slurmctld);
+        self.spawn_slurmctld()
+    }
+
+    /// Kills `daemon` (SIGKILL) and starts it again, keeping its state; returns once it answers.
+    pub fn restart(&self, daemon: &Daemon) -> Result<()> {
+        match daemon {
+            Daemon::Slurmctld => self.restart_slurmctld(),
+            Daemon::Slurmrestd => {
+                self.stop_slurmrestd()?;
+                self.start_slurmrestd()
+            }
+            Daemon::Slurmd(node) => {
+                self.kill_slurmd(node)?;
+                self.start_slurmd(node)
+            }
+        }
+    }
+
+    /// Stops (SIGSTOP) every process of `daemon`: it keeps its sockets open and answers nothing,
+    /// as a stalled host does, until [`Instance::resume`].
+    pub fn pause(&self, daemon: &Daemon) -> Result<()> {
+        self.signal_daemon(daemon, libc::SIGSTOP)
+    }
+
+    /// Lets a daemon paused by [`Instance::pause`] run again (SIGCONT).
+    pub fn resume(&self, daemon: &Daemon) -> Result<()> {
+        self.signal_daemon(daemon, libc::SIGCONT)
+    }
+
+    pub(super) fn signal_daemon(&self, daemon: &Daemon, signal: i32) -> Result<()> {
+        let wrapper = {
+            let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+            match daemon {
+                Daemon::Slurmctld => meta.slurmctld,
+                Daemon::Slurmrestd => meta.slurmrestd,
+                Daemon::Slurmd(node) => meta
+                    .slurmd
+                    .iter()
+                    .find(|d| d.node == *node)
+                    .and_then(|d| d.proc),
+            }
+        };
+        let wrapper = wrapper
+            .filter(ProcId::is_alive)
+            .ok_or_else(|| Error::NotRunning {
+                daemon: daemon.to_string(),
+            })?;
+        // Everything below the `unshare` wrapper: the namespace's shell, the daemon, its children.
+        for pid in process::descendants(wrapper.pid) {
+            process::kill(pid, signal);
+        }
+        Ok(())
+    }
+}
