@@ -9,6 +9,7 @@ pub mod events;
 pub mod node;
 pub mod pod;
 pub mod pod_writer;
+pub mod selector;
 pub mod writes;
 
 pub use node::slurm_node_name;

@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
-    TopologySelectorTerm,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSelector, PersistentVolume, TopologySelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::k8s::selector::term_matches;
 
 type Labels = BTreeMap<String, String>;
 
@@ -35,46 +34,6 @@ pub fn node_selector_matches(sel: &NodeSelector, node: &Node) -> bool {
     sel.node_selector_terms
         .iter()
         .any(|t| term_matches(t, node_labels(node), name))
-}
-
-/// All expressions and fields of a term must match; an empty term matches nothing.
-fn term_matches(term: &NodeSelectorTerm, labels: &Labels, node_name: &str) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| {
-            let value = (r.key == "metadata.name").then_some(node_name);
-            requirement_matches(r, value)
-        })
-}
-
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
 }
 
 /// A PVC's `spec.selector` on a PV's labels: no selector or an empty one matches all;

@@ -3,12 +3,11 @@
 
 use super::Infeasible;
 use super::Shortfall;
+use crate::k8s::selector::term_matches;
 use crate::resources::Quantity;
 use crate::resources::pod_resources::{ResourceList, pod_requests};
 use crate::wellknown::DEVICECLASS_PREFIX;
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 
 /// What a node's allocatable must hold for a pod (NodeResourcesFit): every positive effective
 /// request (containers, init containers and sidecars, overhead, pod-level resources; see
@@ -146,50 +145,6 @@ pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     match operator {
         "Exists" => true,
         "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        _ => false,
-    }
-}
-
-/// One node selector term: all expressions and fields must match; an empty term matches nothing.
-fn term_matches(
-    term: &NodeSelectorTerm,
-    labels: &std::collections::BTreeMap<String, String>,
-    node_name: &str,
-) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| {
-            let value = (r.key == "metadata.name").then_some(node_name);
-            requirement_matches(r, value)
-        })
-}
-
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
         _ => false,
     }
 }
