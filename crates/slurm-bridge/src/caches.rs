@@ -156,6 +156,18 @@ impl CacheTasks {
         self.0.abort_all();
         while self.0.join_next().await.is_some() {}
     }
+
+    /// For a component that runs on caches of its own: stops them once the component has
+    /// stopped, and makes `stopped` (the component's) say true only after both.
+    pub fn stop_after(self, stopped: &mut tokio::sync::watch::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let mut component = std::mem::replace(stopped, rx);
+        tokio::spawn(async move {
+            let _ = component.wait_for(|s| *s).await;
+            self.stop().await;
+            tx.send_replace(true);
+        });
+    }
 }
 
 /// Strips what no component reads from cached pods (managed fields are most of a pod's size),

@@ -94,13 +94,7 @@ pub async fn run<S: Slurm + NodeControl>(
     let slurm = Arc::new(Instrumented::new(slurm, registry));
     let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
     let mut handle = run_with(client, caches, opts, registry, leader, shutdown);
-    let (stopped_tx, stopped_rx) = watch::channel(false);
-    let mut inner = std::mem::replace(&mut handle.stopped, stopped_rx);
-    tokio::spawn(async move {
-        let _ = inner.wait_for(|s| *s).await;
-        tasks.stop().await;
-        stopped_tx.send_replace(true);
-    });
+    tasks.stop_after(&mut handle.stopped);
     handle
 }
 

@@ -116,14 +116,7 @@ pub async fn run<S: Slurm>(
     let slurm = Arc::new(Instrumented::new(slurm, registry));
     let (caches, tasks) = Caches::start(client.clone(), slurm, &opts.cache_options());
     let mut handle = run_with(client, caches, opts, registry, leader, ready_tx, shutdown).await;
-    // The caches go when the scheduler has stopped; `stopped` then says both.
-    let (stopped_tx, stopped_rx) = tokio_watch::channel(false);
-    let mut scheduler_stopped = std::mem::replace(&mut handle.stopped, stopped_rx);
-    tokio::spawn(async move {
-        let _ = scheduler_stopped.wait_for(|s| *s).await;
-        tasks.stop().await;
-        stopped_tx.send_replace(true);
-    });
+    tasks.stop_after(&mut handle.stopped);
     handle
 }
 
