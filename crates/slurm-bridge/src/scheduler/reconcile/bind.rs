@@ -1,116 +1,237 @@
-//! Binding an allocated job's pods: map Slurm's nodes to Kubernetes nodes, assign each pod a
-//! node, make the DRA claims, label and bind every pod; a pod the allocation does not cover gets a
-//! job of its own.
+//! An allocation turned into bound pods, in named steps: Slurm's node list mapped to Kubernetes
+//! nodes ([`allocated_nodes`]), the pods the job stands for ([`members`]) each assigned a node
+//! ([`assign_nodes`]), their DRA claims planned ([`plan_claims`]), then every unbound pod
+//! labelled, given its claim and bound ([`bind_one`]), and the outcomes tallied ([`tally`]).
 
 use super::ReconcileError;
-use super::allocation::{Allocation, bind_allocation};
 use super::report::report;
-use super::submit::{find_job, submit};
-use super::waiting::{gang_count, pending, suspended};
-use crate::k8s::is_bound;
+use crate::dra::claims::{self, ClaimPlan, ClaimWriter};
+use crate::k8s::slurm_node_name;
+use crate::k8s::{bound_node, is_bound};
+use crate::scheduler::assign;
 use crate::scheduler::context::{Ctx, Slurm};
-use crate::scheduler::podgroup::mark_if_all_bound;
 use crate::scheduler::reason;
 use crate::slurm::WatchedJob;
+use crate::wellknown::ANNOTATION_SLURM_NODE;
+use crate::workload::Translation;
 use crate::workload::ir::pod_key;
-use crate::workload::{GangStatus, Translation, kind};
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::Action;
-use std::sync::Arc;
-use std::time::Duration;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
 
-/// Binds the unbound pods of an allocated job's plan, then deals with the reconciled pod if the
-/// allocation does not cover it.
-pub(super) async fn bind_group<S: Slurm>(
+/// What a pass did with an allocation.
+pub(super) struct Allocation {
+    /// `pod key -> node` for every pod on the allocation, bound before or now.
+    pub(super) plan: BTreeMap<String, String>,
+    /// The pods this pass bound (or found bound by an earlier pass of its own).
+    pub(super) bound_now: Vec<String>,
+}
+
+/// Binds the unbound pods the allocation covers.
+pub(super) async fn bind_allocation<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,
     tr: &Translation,
-    gang: &GangStatus,
     job: &WatchedJob,
-) -> Result<Action, ReconcileError> {
-    let Allocation { plan, bound_now } = bind_allocation(ctx, pod, tr, job).await?;
-    if tr.ir.root.is(kind::PODGROUP.0, kind::PODGROUP.1) && !bound_now.is_empty() {
-        mark_if_all_bound(ctx, pod, tr, &bound_now).await;
-    }
-    let key = pod_key(pod);
-    if is_bound(pod) || plan.contains_key(&key) {
-        return Ok(Action::await_change());
-    }
-    // Not covered: a pod that joined after the allocation, or one beyond the node count Slurm
-    // granted (a coscheduling PodGroup with minMember below its size).
-    let why = if job.comment.pods.contains(&key) {
-        format!(
-            "Slurm job {} of {} was allocated {} node(s) ({}) for {} pod(s)",
-            job.job_id,
-            tr.group_key,
-            plan.len(),
-            job.allocated_nodes().unwrap_or_default(),
-            job.comment.pods.len()
-        )
-    } else {
-        format!(
-            "the pod joined {} after its Slurm job {} was allocated ({})",
-            tr.group_key,
-            job.job_id,
-            job.allocated_nodes().unwrap_or_default()
-        )
+) -> Result<Allocation, ReconcileError> {
+    let slurm_to_kube: BTreeMap<String, String> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| (slurm_node_name(n), n.name_any()))
+        .collect();
+    let kube = allocated_nodes(ctx, pod, job, &slurm_to_kube).await?;
+    let members = members(tr, job);
+    let plan = assign_nodes(tr, &members, &kube);
+    ctx.metrics.allocated(job.job_id);
+    let claim_writer = &ctx.claims();
+    let claim_plan =
+        &plan_claims(ctx, claim_writer, pod, job, &plan, &members, &slurm_to_kube).await?;
+    let to_bind: Vec<(&Pod, &String)> = members
+        .iter()
+        .filter(|p| !is_bound(p))
+        .filter_map(|p| plan.get(&pod_key(p)).map(|n| (*p, n)))
+        .collect();
+    let results = futures::future::join_all(
+        to_bind
+            .iter()
+            .map(|(p, node)| bind_one(ctx, claim_writer, claim_plan, job, p, node)),
+    )
+    .await;
+    let bound_now = tally(results, &to_bind)?;
+    let bound = bound_now.len() as u64;
+    ctx.metrics.group_bound(job.job_id, bound);
+    let nodes = job.allocated_nodes().unwrap_or_default();
+    tracing::info!(job_id = job.job_id, group = %tr.group_key, nodes, bound, "bound pods");
+    Ok(Allocation { plan, bound_now })
+}
+
+/// The Kubernetes nodes of the job's allocation, in Slurm's order; a node list that does not
+/// parse or names a node Kubernetes does not have is shown on the pod and fails the pass.
+async fn allocated_nodes<S: Slurm>(
+    ctx: &Ctx<S>,
+    pod: &Pod,
+    job: &WatchedJob,
+    slurm_to_kube: &BTreeMap<String, String>,
+) -> Result<Vec<String>, ReconcileError> {
+    let nodes = job.allocated_nodes().unwrap_or_default();
+    let slurm_names = match slurm_rest::hostlist::expand(nodes) {
+        Ok(n) => n,
+        Err(e) => {
+            let message = format!(
+                "Slurm job {} has a malformed node list {nodes:?}: {e}",
+                job.job_id
+            );
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            return Err(ReconcileError::NodeList {
+                job_id: job.job_id,
+                nodes: nodes.to_string(),
+                message: e.to_string(),
+            });
+        }
     };
-    match gang {
-        // The group's minimum runs: the pod is scheduled on its own, as the coscheduling
-        // plugin schedules pods beyond minMember.
-        GangStatus::Complete => {
-            let alone = tr.alone(pod);
-            let message = format!("{why}; a Slurm job of its own is submitted for this pod");
-            report(ctx, pod, reason::OUTSIDE_GROUP_ALLOCATION, &message).await;
-            Box::pin(schedule_alone(ctx, pod, &alone, None)).await
-        }
-        GangStatus::Closed { .. } => {
-            let message = format!("{why}; {}: no new job is submitted", gang.message());
-            report(ctx, pod, reason::POD_GROUP_CLOSED, &message).await;
-            Ok(Action::requeue(Duration::from_secs(30)))
-        }
-        GangStatus::Incomplete { .. } => {
-            let message = format!("{why}; {}: {}", gang.message(), gang_count(gang, tr));
-            report(ctx, pod, reason::WAITING_FOR_GANG, &message).await;
-            Ok(Action::requeue(Duration::from_secs(30)))
+    match assign::kube_nodes(&slurm_names, slurm_to_kube) {
+        Ok(k) => Ok(k),
+        Err(e) => {
+            let message = format!("Slurm job {} allocated {nodes}: {e}", job.job_id);
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            Err(e.into())
         }
     }
 }
 
-/// The group key of `pod`'s job of its own, and that job if it is active.
-pub(super) fn alone_job<S: Slurm>(
-    ctx: &Ctx<S>,
-    tr: &Translation,
-    pod: &Pod,
-) -> Option<(Translation, Arc<WatchedJob>)> {
-    let key = Translation::alone_key(&tr.group_key, pod);
-    let mut jobs = ctx.watcher.index().active_for_group(&key);
-    jobs.sort_by_key(|j| (j.allocated_nodes().is_none(), j.job_id));
-    let job = jobs.into_iter().next()?;
-    Some((tr.alone(pod), job))
+/// The group's pods the job stands for (its admin_comment; a lone pod always).
+fn members<'a>(tr: &'a Translation, job: &WatchedJob) -> Vec<&'a Pod> {
+    tr.ir
+        .pods
+        .iter()
+        .filter(|p| job.comment.pods.contains(&pod_key(p)) || tr.ir.pods.len() == 1)
+        .collect()
 }
 
-/// A pod its group's allocation does not cover, on a job of its own (`alone`: the group's
-/// translation narrowed to this pod, [`Translation::alone`]).
-pub(super) async fn schedule_alone<S: Slurm>(
+/// `pod key -> node` for the members: pods bound to a node of the allocation keep it, then the
+/// unbound ones go where their node annotation says if there is room. A member bound elsewhere
+/// (on a job of its own) is not this allocation's.
+fn assign_nodes(tr: &Translation, members: &[&Pod], kube: &[String]) -> BTreeMap<String, String> {
+    let mut wanted: Vec<(String, Option<String>)> = members
+        .iter()
+        .filter_map(|p| bound_node(p).map(|n| (pod_key(p), n.to_string())))
+        .filter(|(_, n)| kube.contains(n))
+        .map(|(k, n)| (k, Some(n)))
+        .collect();
+    wanted.extend(members.iter().filter(|p| !is_bound(p)).map(|p| {
+        (
+            pod_key(p),
+            p.annotations().get(ANNOTATION_SLURM_NODE).cloned(),
+        )
+    }));
+    assign::assign(&wanted, kube, tr.ir.job.pods_per_node())
+}
+
+/// The DRA devices each member asking for them gets (no Slurm call for pods without); a failure
+/// is shown on the pod it concerns, else on the reconciled one.
+async fn plan_claims<S: Slurm>(
     ctx: &Ctx<S>,
+    writer: &ClaimWriter,
     pod: &Pod,
-    alone: &Translation,
-    job: Option<Arc<WatchedJob>>,
-) -> Result<Action, ReconcileError> {
-    let job = match job {
-        Some(j) => Some(j),
-        None => find_job(ctx, alone).await,
+    job: &WatchedJob,
+    plan: &BTreeMap<String, String>,
+    members: &[&Pod],
+    slurm_to_kube: &BTreeMap<String, String>,
+) -> Result<ClaimPlan, ReconcileError> {
+    let kube_to_slurm: BTreeMap<&String, &String> =
+        slurm_to_kube.iter().map(|(s, k)| (k, s)).collect();
+    let slurm_node = |k: &str| {
+        kube_to_slurm
+            .get(&k.to_string())
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| k.to_string())
     };
-    match job {
-        None => submit(ctx, pod, alone).await,
-        Some(job) if job.allocated_nodes().is_some() => {
-            // The group's PodGroupScheduled is left to the group's own passes.
-            bind_allocation(ctx, pod, alone, &job).await?;
-            Ok(Action::await_change())
+    match claims::plan(writer, &*ctx.slurm, job.job_id, plan, members, slurm_node).await {
+        Ok(c) => Ok(c),
+        Err((who, e)) => {
+            let message = format!("Slurm job {}: {e}", job.job_id);
+            let target = who
+                .and_then(|k| members.iter().find(|p| pod_key(p) == k).copied())
+                .unwrap_or(pod);
+            report(ctx, target, claims::REASON_CLAIM_FAILED, &message).await;
+            Err(e.into())
         }
-        Some(job) if job.is_pending() => pending(ctx, pod, alone, &job).await,
-        Some(job) if job.is_suspended() => Ok(suspended(ctx, pod, &job).await),
-        Some(_) => Ok(Action::requeue(Duration::from_secs(2))),
+    }
+}
+
+/// Labels one pod with the job, makes its ResourceClaim (if it asks for DRA devices) and binds
+/// it to `node`; a failed binding deletes the claim again. `Ok(true)`: the pod is bound (now or
+/// by an earlier pass of this scheduler); `Ok(false)`: it was deleted meanwhile.
+async fn bind_one<S: Slurm>(
+    ctx: &Ctx<S>,
+    claim_writer: &ClaimWriter,
+    claim_plan: &ClaimPlan,
+    job: &WatchedJob,
+    p: &Pod,
+    node: &str,
+) -> Result<bool, ReconcileError> {
+    let writes = &ctx.metrics.kube_writes;
+    let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
+        // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
+        Ok(()) => match claims::ensure_claim(claim_writer, claim_plan, p).await {
+            Ok(claim) => {
+                let bound = ctx.writer.bind(writes, p, node).await;
+                if let (Err(_), Some(name)) = (&bound, &claim) {
+                    claims::undo(claim_writer, p, name).await;
+                }
+                bound
+            }
+            Err(e) => {
+                let message = format!("Slurm job {} on node {node}: {e}", job.job_id);
+                report(ctx, p, claims::REASON_CLAIM_FAILED, &message).await;
+                return Err(ReconcileError::Claim(e));
+            }
+        },
+        Err(e) => Err(e),
+    };
+    match bound {
+        Ok(true) => {
+            let note = format!(
+                "Successfully assigned {} to {node} (Slurm job {})",
+                pod_key(p),
+                job.job_id
+            );
+            ctx.writer.event(writes, p, false, "Scheduled", note).await;
+            Ok(true)
+        }
+        // Bound by an earlier pass (this one read the pod before the cache showed it):
+        // its Scheduled Event was sent then.
+        Ok(false) => Ok(true),
+        // Deleted meanwhile.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => {
+            let message = format!(
+                "binding to node {node} (Slurm job {}) failed: {}",
+                job.job_id,
+                crate::k8s::api_error::Brief(&e)
+            );
+            report(ctx, p, reason::BINDING_FAILED, &message).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// The keys of the pods bound, or the first error once every bind has been tried.
+fn tally<E>(results: Vec<Result<bool, E>>, to_bind: &[(&Pod, &String)]) -> Result<Vec<String>, E> {
+    let mut bound_now = Vec::new();
+    let mut first_error = None;
+    for (r, (p, _)) in results.into_iter().zip(to_bind) {
+        match r {
+            Ok(true) => bound_now.push(pod_key(p)),
+            Ok(false) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(bound_now),
     }
 }

@@ -7,13 +7,13 @@
 //! - `rules`: what a pass does, from the gang status and the group's job (`rules::step`);
 //! - `submit`: a pod group turned into a Slurm job (find it, or build and submit it; label pods);
 //! - `waiting`: a pending, suspended or shrunk group's job, an incomplete gang;
-//! - `bind`: an allocated job's group seen to (PodGroup marking, pods the allocation leaves out);
-//! - `allocation`: an allocation turned into bound pods (node mapping, assignment, DRA claims);
+//! - `allocated`: an allocated job's group seen to (PodGroup marking, pods the allocation leaves out);
+//! - `bind`: an allocation turned into bound pods (node mapping, assignment, DRA claims);
 //! - `report`: PodScheduled=False and Events on the pod.
 //!
 //! PodGroupScheduled on a built-in PodGroup is [`super::podgroup`].
 
-mod allocation;
+mod allocated;
 mod bind;
 mod report;
 mod rules;
@@ -30,7 +30,7 @@ use crate::slurm::WatchedJob;
 use crate::workload::ir::pod_key;
 use crate::workload::kinds::is_terminal;
 use crate::workload::{GangStatus, TranslateError, Translation, translate};
-use bind::{alone_job, bind_group, schedule_alone};
+use allocated::{alone_job, bind_group, schedule_alone};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use report::translation_failed;

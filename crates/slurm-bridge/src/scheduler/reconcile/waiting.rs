@@ -3,7 +3,7 @@
 //! why a group that is not complete waits.
 
 use super::ReconcileError;
-use super::bind::bind_group;
+use super::allocated::bind_group;
 use super::report::{report, slurm_failed};
 use super::submit::{as_update, desc_hash, job_desc, label_all, rejected, still_rejected};
 use crate::k8s::is_bound;
