@@ -498,6 +498,14 @@ fn scheduler_calls() -> Vec<Perm> {
             &["get", "list", "create", "delete"],
         ),
         perms("resource.k8s.io", &["resourceclaims/status"], &["patch"]),
+        // Volumes: caches.rs reflectors; volumes/bind.rs claimRef and selected-node patches,
+        // the claims and PVs read back.
+        perms(
+            "",
+            &["persistentvolumeclaims", "persistentvolumes"],
+            &["get", "list", "watch", "patch"],
+        ),
+        perms("storage.k8s.io", &["storageclasses"], &["list", "watch"]),
         // The API server's own check when a status write sets allocation or reservedFor.
         perms("resource.k8s.io", &["resourceclaims/binding"], &["patch"]),
     ]

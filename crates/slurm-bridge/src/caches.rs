@@ -1,5 +1,6 @@
 //! The caches every component of one process shares: the Slurm job watcher, the Slurm node
-//! listing, and reflectors of Kubernetes nodes and of the pods naming the bridge.
+//! listing, and reflectors of Kubernetes nodes, of the pods naming the bridge, of ResourceSlices
+//! and (for the scheduler) of PersistentVolumeClaims, PersistentVolumes and StorageClasses.
 //!
 //! `slurm-bridge run` starts them once for the scheduler and the controllers; each component
 //! subscribes to the changes it reacts to ([`Caches::pod_changes`], [`Caches::node_changes`],
@@ -9,8 +10,9 @@ use crate::k8s::node::placement_fingerprint;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
 use crate::sync::Subscribers;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -67,6 +69,8 @@ pub struct CacheOptions {
     pub job_poll_interval: Duration,
     /// Interval of the Slurm node listing.
     pub node_poll_interval: Duration,
+    /// Also cache PVCs, PVs and StorageClasses (what the scheduler's volume rules read).
+    pub volumes: bool,
 }
 
 impl CacheOptions {
@@ -80,6 +84,7 @@ impl CacheOptions {
             scheduler_name: config.scheduler_name.clone(),
             job_poll_interval,
             node_poll_interval,
+            volumes: false,
         }
     }
 }
@@ -92,6 +97,7 @@ pub struct Caches<S> {
     pod_changes: Fanout<Pod>,
     node_changes: Fanout<Node>,
     slice_changes: Fanout<ResourceSlice>,
+    volume_changes: Subscribers<VolumeChange>,
     /// True once every cache has its first full picture.
     synced: tokio::sync::watch::Sender<bool>,
 }
@@ -112,6 +118,8 @@ pub struct CacheHandles<S> {
     pub pods: Store<Pod>,
     /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
     pub slices: Store<ResourceSlice>,
+    /// PVCs, PVs and StorageClasses (empty unless [`CacheOptions::volumes`]).
+    pub volumes: VolumeStores,
     /// Bumped when what placement reads of a node changes (not on heartbeats).
     pub node_generation: Arc<AtomicU64>,
 }
@@ -125,6 +133,7 @@ impl<S> Clone for CacheHandles<S> {
             nodes: self.nodes.clone(),
             pods: self.pods.clone(),
             slices: self.slices.clone(),
+            volumes: self.volumes.clone(),
             node_generation: self.node_generation.clone(),
         }
     }
@@ -142,6 +151,7 @@ impl<S: SlurmJobs + SlurmNodes> CacheHandles<S> {
             nodes,
             pods,
             slices: reflector::store().0,
+            volumes: VolumeStores::empty(),
             node_generation: Default::default(),
         }
     }
@@ -191,6 +201,9 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
         let (nodes, node_writer) = reflector::store::<Node>();
         let (pods, pod_writer) = reflector::store::<Pod>();
         let (slices, slice_writer) = reflector::store::<ResourceSlice>();
+        let (pvcs, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
+        let (pvs, pv_writer) = reflector::store::<PersistentVolume>();
+        let (classes, class_writer) = reflector::store::<StorageClass>();
         let caches = Arc::new(Caches {
             handles: CacheHandles {
                 slurm,
@@ -199,11 +212,13 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
                 nodes,
                 pods,
                 slices,
+                volumes: VolumeStores { pvcs, pvs, classes },
                 node_generation: Default::default(),
             },
             pod_changes: Fanout::default(),
             node_changes: Fanout::default(),
             slice_changes: Fanout::default(),
+            volume_changes: Subscribers::default(),
             synced: tokio::sync::watch::channel(false).0,
         });
         let mut tasks = JoinSet::new();
@@ -211,6 +226,28 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
         tasks.spawn(caches.handles.slurm_nodes.clone().run());
         tasks.spawn(reflect_nodes(client.clone(), node_writer, caches.clone()));
         tasks.spawn(reflect_slices(client.clone(), slice_writer, caches.clone()));
+        if opts.volumes {
+            let c = &caches;
+            tasks.spawn(reflect_volumes(
+                client.clone(),
+                pvc_writer,
+                c.clone(),
+                claim_change,
+            ));
+            tasks.spawn(reflect_volumes(
+                client.clone(),
+                pv_writer,
+                c.clone(),
+                |_| VolumeChange::Pool,
+            ));
+            tasks.spawn(reflect_volumes(
+                client.clone(),
+                class_writer,
+                c.clone(),
+                |_| VolumeChange::Pool,
+            ));
+        }
+        let volumes = opts.volumes;
         tasks.spawn(reflect_pods(
             client,
             opts.scheduler_name.clone(),
@@ -225,6 +262,12 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             let _ = waiter.handles.nodes.wait_until_ready().await;
             let _ = waiter.handles.pods.wait_until_ready().await;
             let _ = waiter.handles.slices.wait_until_ready().await;
+            if volumes {
+                let v = &waiter.handles.volumes;
+                let _ = v.pvcs.wait_until_ready().await;
+                let _ = v.pvs.wait_until_ready().await;
+                let _ = v.classes.wait_until_ready().await;
+            }
             waiter.synced.send_replace(true);
         });
         (caches, CacheTasks(tasks))
@@ -256,6 +299,90 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
     pub fn slice_changes(&self) -> mpsc::UnboundedReceiver<Change<ResourceSlice>> {
         self.slice_changes.subscribe()
     }
+
+    /// PVC, PV and StorageClass changes from now on (with [`CacheOptions::volumes`]).
+    pub fn volume_changes(&self) -> mpsc::UnboundedReceiver<VolumeChange> {
+        self.volume_changes.subscribe()
+    }
+}
+
+/// The stores of what a pod's volumes are made of.
+#[derive(Clone)]
+pub struct VolumeStores {
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pvs: Store<PersistentVolume>,
+    pub classes: Store<StorageClass>,
+}
+
+impl VolumeStores {
+    /// Stores no task fills (unit tests, components that read no volumes).
+    pub fn empty() -> Self {
+        VolumeStores {
+            pvcs: reflector::store().0,
+            pvs: reflector::store().0,
+            classes: reflector::store().0,
+        }
+    }
+
+    /// What the volume rules read, as of now.
+    pub fn snapshot(&self) -> crate::volumes::VolumeSnapshot {
+        crate::volumes::VolumeSnapshot::new(
+            self.pvcs.state(),
+            self.pvs.state(),
+            self.classes.state(),
+        )
+    }
+}
+
+/// What changed among the objects a pod's volumes are made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeChange {
+    /// A PVC (created, bound, deleted...).
+    Claim { namespace: String, name: String },
+    /// A PV or a StorageClass: any waiting pod with claims may be affected.
+    Pool,
+}
+
+fn claim_change(pvc: &PersistentVolumeClaim) -> VolumeChange {
+    VolumeChange::Claim {
+        namespace: pvc.metadata.namespace.clone().unwrap_or_default(),
+        name: pvc.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// A reflector of one volume kind; each event is told as `change(object)`. Managed fields are
+/// dropped as for pods.
+async fn reflect_volumes<K, S>(
+    client: Client,
+    writer: reflector::store::Writer<K>,
+    caches: Arc<Caches<S>>,
+    change: fn(&K) -> VolumeChange,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::all(client);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    caches.volume_changes.send(change(o))
+                }
+                Ok(watcher::Event::InitDone) => caches.volume_changes.send(VolumeChange::Pool),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, kind = K::kind(&()).as_ref(), "watching volumes failed; retrying"),
+            }
+            futures::future::ready(())
+        })
+        .await
 }
 
 /// The node reflector; only what placement reads (not heartbeats) bumps the node generation,

@@ -356,6 +356,17 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims/binding"]
   verbs: ["patch"]
+# Volumes (caches.rs reflectors; volumes/bind.rs): a static PV reserved for a claim (claimRef),
+# the selected node of a claim to provision, what binding has done read back.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: [""]
+  resources: ["persistentvolumes"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["storage.k8s.io"]
+  resources: ["storageclasses"]
+  verbs: ["list", "watch"]
 {{- end -}}
 
 {{/* ClusterRole rules of the controllers: what src/controllers calls. */}}

@@ -31,6 +31,8 @@ pub struct Ctx<S> {
     pub pods: Store<Pod>,
     /// ResourceSlices: the nodes' DRA devices, for the claims made at bind time.
     pub slices: Store<k8s_openapi::api::resource::v1::ResourceSlice>,
+    /// PVCs, PVs and StorageClasses, for the volume rules ([`crate::volumes`]).
+    pub volumes: crate::caches::VolumeStores,
     pub reader: KubeReader,
     pub writer: PodWriter,
     pub locks: GroupLocks,
@@ -99,6 +101,8 @@ impl PlacementCache {
 #[derive(Debug)]
 pub struct CachedPlacement {
     pub feasible: usize,
+    /// Slurm names of the feasible nodes.
+    pub feasible_nodes: std::collections::BTreeSet<String>,
     pub nodes: usize,
     /// `excluded_nodes` as one compressed host list (empty: nothing excluded).
     pub excluded: Vec<String>,
@@ -127,6 +131,7 @@ impl<S: Slurm> Ctx<S> {
             nodes: caches.nodes,
             pods: caches.pods,
             slices: caches.slices,
+            volumes: caches.volumes,
             node_generation: caches.node_generation,
             locks: Default::default(),
             metrics,
@@ -155,6 +160,7 @@ impl<S: Slurm> Ctx<S> {
         let p = place(pods, &nodes, &slurm.names, &[self.writer.toleration()]);
         let cached = Arc::new(CachedPlacement {
             feasible: p.feasible.len(),
+            feasible_nodes: p.feasible.clone(),
             nodes: nodes.len(),
             excluded: if p.excluded.is_empty() {
                 Vec::new()
@@ -435,6 +441,7 @@ mod tests {
         let mut cache = PlacementCache::default();
         let p = Arc::new(CachedPlacement {
             feasible: 1,
+            feasible_nodes: Default::default(),
             nodes: 1,
             excluded: vec![],
             rejections: String::new(),

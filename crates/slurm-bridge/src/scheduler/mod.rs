@@ -27,7 +27,7 @@ pub mod sweep;
 mod triggers;
 
 use lifecycle::Lifecycle;
-use triggers::{Triggers, follow_pods, follow_slurm_nodes, forward_job_events};
+use triggers::{Triggers, follow_pods, follow_slurm_nodes, follow_volumes, forward_job_events};
 #[cfg(test)]
 mod tests;
 
@@ -78,11 +78,14 @@ impl SchedulerOptions {
 impl SchedulerOptions {
     /// What the scheduler needs of the shared caches.
     pub fn cache_options(&self) -> CacheOptions {
-        CacheOptions::new(
-            &self.config,
-            self.job_poll_interval,
-            self.node_poll_interval,
-        )
+        CacheOptions {
+            volumes: true,
+            ..CacheOptions::new(
+                &self.config,
+                self.job_poll_interval,
+                self.node_poll_interval,
+            )
+        }
     }
 }
 
@@ -152,6 +155,11 @@ pub async fn run_with<S: Slurm>(
     followers.spawn(follow_slurm_nodes(
         ctx.clone(),
         caches.handles.slurm_nodes.subscribe_changes(),
+        triggers.clone(),
+    ));
+    followers.spawn(follow_volumes(
+        ctx.clone(),
+        caches.volume_changes(),
         triggers.clone(),
     ));
     followers.spawn(forward_job_events(

@@ -19,6 +19,13 @@ pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
 pub const TRANSLATION_FAILED: &str = "TranslationFailed";
 /// No Kubernetes node suits the pod.
 pub const NO_FEASIBLE_NODES: &str = "NoFeasibleNodes";
+/// The pod's volumes cannot be served yet (a claim missing, an unbound Immediate claim, a
+/// missing StorageClass...); the message is kube-scheduler's. Retried when a claim changes.
+pub const VOLUMES_NOT_READY: &str = "VolumesNotReady";
+/// Slurm allocated the pod's node; its claims are being bound there before the pod is.
+pub const WAITING_FOR_VOLUMES: &str = "WaitingForVolumes";
+/// Reserving a PV for a claim, or selecting the node for provisioning, failed.
+pub const VOLUME_BINDING_FAILED: &str = "VolumeBindingFailed";
 /// The allocation could not be mapped to Kubernetes nodes.
 pub const ALLOCATION_UNMAPPED: &str = "SlurmAllocationUnmapped";
 /// The group's allocated job does not cover the pod (it joined after the allocation, or

@@ -180,6 +180,39 @@ pub(super) async fn follow_slurm_nodes<S: Slurm>(
     }
 }
 
+/// PVC, PV and StorageClass changes: the unbound pods with claims that the change may concern
+/// (for a PVC, those of its namespace naming it; for a PV or class, all) are reconciled, so a pod
+/// waiting for a claim is submitted, and a pod waiting for its claims' binding is bound, at once.
+pub(super) async fn follow_volumes<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<crate::caches::VolumeChange>,
+    triggers: Arc<Triggers>,
+) {
+    use crate::caches::VolumeChange;
+    while let Some(change) = changes.recv().await {
+        for pod in ctx.pods.state() {
+            if crate::k8s::is_bound(&pod)
+                || crate::workload::kinds::is_terminal(&pod)
+                || !crate::volumes::has_claims(&pod)
+            {
+                continue;
+            }
+            let concerned = match &change {
+                VolumeChange::Pool => true,
+                VolumeChange::Claim { namespace, name } => {
+                    pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+                        && crate::volumes::pod_claims(&pod)
+                            .iter()
+                            .any(|c| c.claim == *name)
+                }
+            };
+            if concerned {
+                triggers.send(ObjectRef::from_obj(&*pod));
+            }
+        }
+    }
+}
+
 /// Job changes seen by the job watcher: per-job state is kept in step, and every pod of the job
 /// is reconciled (while leading), so an allocation binds at once.
 pub(super) async fn forward_job_events<S: Slurm>(

@@ -19,6 +19,9 @@ use kube::runtime::controller::Action;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How soon a group whose pods wait for their claims' binding is looked at again.
+const VOLUME_RECHECK: Duration = Duration::from_secs(1);
+
 /// Binds the unbound pods of an allocated job's plan, then deals with the reconciled pod if the
 /// allocation does not cover it.
 pub(super) async fn bind_group<S: Slurm>(
@@ -28,9 +31,17 @@ pub(super) async fn bind_group<S: Slurm>(
     gang: &GangStatus,
     job: &WatchedJob,
 ) -> Result<Action, ReconcileError> {
-    let Allocation { plan, bound_now } = bind_allocation(ctx, pod, tr, job).await?;
+    let Allocation {
+        plan,
+        bound_now,
+        waiting_for_volumes,
+    } = bind_allocation(ctx, pod, tr, job).await?;
     if tr.ir.root.is(kind::PODGROUP.0, kind::PODGROUP.1) && !bound_now.is_empty() {
         mark_if_all_bound(ctx, pod, tr, &bound_now).await;
+    }
+    if waiting_for_volumes {
+        // A claim's binding shows as a PVC change too; this is the bound on the wait.
+        return Ok(Action::requeue(VOLUME_RECHECK));
     }
     let key = pod_key(pod);
     if is_bound(pod) || plan.contains_key(&key) {
@@ -106,8 +117,12 @@ pub(super) async fn schedule_alone<S: Slurm>(
         None => submit(ctx, pod, alone).await,
         Some(job) if job.allocated_nodes().is_some() => {
             // The group's PodGroupScheduled is left to the group's own passes.
-            bind_allocation(ctx, pod, alone, &job).await?;
-            Ok(Action::await_change())
+            let done = bind_allocation(ctx, pod, alone, &job).await?;
+            Ok(if done.waiting_for_volumes {
+                Action::requeue(VOLUME_RECHECK)
+            } else {
+                Action::await_change()
+            })
         }
         Some(job) if job.is_pending() => pending(ctx, pod, alone, &job).await,
         Some(job) if job.is_suspended() => Ok(suspended(ctx, pod, &job).await),

@@ -25,6 +25,8 @@ pub(super) struct Allocation {
     pub(super) plan: BTreeMap<String, String>,
     /// The pods this pass bound (or found bound by an earlier pass of its own).
     pub(super) bound_now: Vec<String>,
+    /// Pods held back until their volumes are bound (look again soon).
+    pub(super) waiting_for_volumes: bool,
 }
 
 /// Binds the unbound pods the allocation covers.
@@ -47,9 +49,10 @@ pub(super) async fn bind_allocation<S: Slurm>(
     let claim_writer = &ctx.claims();
     let claim_plan =
         &plan_claims(ctx, claim_writer, pod, job, &plan, &members, &slurm_to_kube).await?;
+    let gate = super::volumes::prepare(ctx, job.job_id, &members, &plan).await?;
     let to_bind: Vec<(&Pod, &String)> = members
         .iter()
-        .filter(|p| !is_bound(p))
+        .filter(|p| !is_bound(p) && !gate.waiting.contains(&pod_key(p)))
         .filter_map(|p| plan.get(&pod_key(p)).map(|n| (*p, n)))
         .collect();
     let results = futures::future::join_all(
@@ -63,7 +66,11 @@ pub(super) async fn bind_allocation<S: Slurm>(
     ctx.metrics.group_bound(job.job_id, bound);
     let nodes = job.allocated_nodes().unwrap_or_default();
     tracing::info!(job_id = job.job_id, group = %tr.group_key, nodes, bound, "bound pods");
-    Ok(Allocation { plan, bound_now })
+    Ok(Allocation {
+        plan,
+        bound_now,
+        waiting_for_volumes: !gate.waiting.is_empty(),
+    })
 }
 
 /// The Kubernetes nodes of the job's allocation, in Slurm's order; a node list that does not

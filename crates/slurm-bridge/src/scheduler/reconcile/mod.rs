@@ -9,6 +9,8 @@
 //! - `waiting`: a pending, suspended or shrunk group's job, an incomplete gang;
 //! - `allocated`: an allocated job's group seen to (PodGroup marking, pods the allocation leaves out);
 //! - `bind`: an allocation turned into bound pods (node mapping, assignment, DRA claims);
+//! - `volumes`: the group's PersistentVolumeClaims (nodes excluded before submit, PVs reserved
+//!   or nodes selected before binding);
 //! - `report`: PodScheduled=False and Events on the pod.
 //!
 //! PodGroupScheduled on a built-in PodGroup is [`super::podgroup`].
@@ -20,6 +22,7 @@ mod rules;
 mod submit;
 #[cfg(test)]
 mod tests;
+mod volumes;
 mod waiting;
 
 use crate::dra::claims::ClaimError;
@@ -53,6 +56,8 @@ pub enum ReconcileError {
     Assign(#[from] AssignError),
     #[error("{0}")]
     Claim(#[from] ClaimError),
+    #[error("{0}")]
+    Volume(#[from] crate::volumes::VolumeError),
     #[error("Slurm job {job_id} has a malformed node list {nodes:?}: {message}")]
     NodeList {
         job_id: u32,

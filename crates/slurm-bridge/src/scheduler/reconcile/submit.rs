@@ -68,35 +68,53 @@ pub(super) fn as_update(
     desc
 }
 
-/// The job description for the group, restricted to nodes Kubernetes can use; `Err` carries a
-/// user message when too few nodes are feasible.
+/// The job description for the group, restricted to nodes Kubernetes can use for its pods and
+/// their volumes; `Err` carries the reason and a user message when too few nodes are feasible
+/// or the volumes are not ready.
 pub(super) fn job_desc<S: Slurm>(
     ctx: &Ctx<S>,
     tr: &Translation,
-) -> Result<slurm_rest::models::JobDescMsg, String> {
+) -> Result<slurm_rest::models::JobDescMsg, (&'static str, String)> {
     let placement = ctx.placement(&tr.ir.pods);
+    let (feasible, excluded, rejections) =
+        match super::volumes::restrict(ctx, &tr.ir.pods, &placement) {
+            Ok(None) => (
+                placement.feasible,
+                placement.excluded.clone(),
+                placement.rejections.clone(),
+            ),
+            Ok(Some(r)) => (r.feasible, r.excluded, r.rejections),
+            Err(e) => {
+                return Err((
+                    reason::VOLUMES_NOT_READY,
+                    format!(
+                        "{e}; {} is submitted once its volumes can be served",
+                        tr.group_key
+                    ),
+                ));
+            }
+        };
     let needed = tr.nodes_needed();
-    if placement.feasible < needed {
-        return Err(format!(
-            "{}/{} nodes are available for {} pod(s) of {}, which need{} {needed} node(s){}{}",
-            placement.feasible,
-            placement.nodes,
-            tr.ir.pods.len(),
-            tr.group_key,
-            if needed == tr.ir.node_count() {
-                ""
-            } else {
-                " at least"
-            },
-            if placement.rejections.is_empty() {
-                ""
-            } else {
-                ": "
-            },
-            placement.rejections
+    if feasible < needed {
+        return Err((
+            reason::NO_FEASIBLE_NODES,
+            format!(
+                "{}/{} nodes are available for {} pod(s) of {}, which need{} {needed} node(s){}{}",
+                feasible,
+                placement.nodes,
+                tr.ir.pods.len(),
+                tr.group_key,
+                if needed == tr.ir.node_count() {
+                    ""
+                } else {
+                    " at least"
+                },
+                if rejections.is_empty() { "" } else { ": " },
+                rejections
+            ),
         ));
     }
-    Ok(tr.to_job_desc(&ctx.config, &placement.excluded))
+    Ok(tr.to_job_desc(&ctx.config, &excluded))
 }
 
 /// Submits the group's external job: the description restricted to the feasible nodes (or the
@@ -109,8 +127,8 @@ pub(super) async fn submit<S: Slurm>(
 ) -> Result<Action, ReconcileError> {
     let desc = match job_desc(ctx, tr) {
         Ok(d) => d,
-        Err(message) => {
-            report(ctx, pod, reason::NO_FEASIBLE_NODES, &message).await;
+        Err((why, message)) => {
+            report(ctx, pod, why, &message).await;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };

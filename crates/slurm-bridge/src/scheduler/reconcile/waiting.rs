@@ -35,13 +35,13 @@ pub(super) async fn pending<S: Slurm>(
 ) -> Result<Action, ReconcileError> {
     let desc = match job_desc(ctx, tr).map(as_update) {
         Ok(desc) => desc,
-        Err(message) => {
-            // Fewer nodes are usable now than the job needs (cordoned, tainted, NotReady...).
-            // The job is left as it is (Slurm may still run it where it was allowed to) and the
-            // pod says why it may wait.
+        Err((why, message)) => {
+            // Fewer nodes are usable now than the job needs (cordoned, tainted, NotReady, a
+            // volume gone...). The job is left as it is (Slurm may still run it where it was
+            // allowed to) and the pod says why it may wait.
             label_all(ctx, tr, job.job_id).await?;
             let message = format!("{message}; Slurm job {} stays pending", job.job_id);
-            report(ctx, pod, reason::NO_FEASIBLE_NODES, &message).await;
+            report(ctx, pod, why, &message).await;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };

@@ -1,0 +1,177 @@
+//! A group's PersistentVolumeClaims, as kube-scheduler's VolumeBinding plugin sees to them, with
+//! Slurm choosing the node: before submit, the nodes that cannot serve a pod's volumes are
+//! excluded (or the group waits, saying why); after the allocation and before binding, each
+//! claim gets its PV on the pod's node (or the node is selected for provisioning), and the pod
+//! is bound once all its claims are. The rules themselves are [`crate::volumes`].
+
+use super::ReconcileError;
+use super::report::report;
+use crate::k8s::slurm_node_name;
+use crate::scheduler::context::{CachedPlacement, Ctx, Slurm};
+use crate::scheduler::reason;
+use crate::volumes::{self, Applied, Reserved, VolumeError, VolumeSnapshot};
+use crate::workload::ir::pod_key;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The placement narrowed to the nodes that can serve the group's volumes.
+pub(super) struct Restricted {
+    pub feasible: usize,
+    pub excluded: Vec<String>,
+    pub rejections: String,
+}
+
+/// `None` when no pod of the group has claims; `Err` when the group cannot be submitted yet
+/// (a claim missing, an unbound Immediate claim, a missing class...).
+pub(super) fn restrict<S: Slurm>(
+    ctx: &Ctx<S>,
+    pods: &[Pod],
+    placement: &CachedPlacement,
+) -> Result<Option<Restricted>, VolumeError> {
+    if !pods.iter().any(volumes::has_claims) {
+        return Ok(None);
+    }
+    let snapshot = ctx.volumes.snapshot();
+    let nodes: Vec<Arc<Node>> = ctx.nodes.state();
+    let mut allowed: BTreeSet<String> = nodes.iter().map(|n| slurm_node_name(n)).collect();
+    let mut reasons: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| volumes::has_claims(p)) {
+        let fit = volumes::fit(pod, &snapshot, nodes.iter().map(|n| n.as_ref()))?;
+        for (kube_name, why) in fit.rejected() {
+            let slurm = nodes
+                .iter()
+                .find(|n| n.name_any() == kube_name)
+                .map(|n| slurm_node_name(n))
+                .unwrap_or_else(|| kube_name.to_string());
+            if placement.feasible_nodes.contains(&slurm) {
+                reasons.entry(why).or_default().insert(slurm.clone());
+            }
+            allowed.remove(&slurm);
+        }
+    }
+    let feasible: BTreeSet<&String> = placement
+        .feasible_nodes
+        .iter()
+        .filter(|n| allowed.contains(*n))
+        .collect();
+    let all = ctx.slurm_nodes.snapshot().names.clone();
+    let excluded: Vec<String> = all
+        .iter()
+        .filter(|n| !feasible.contains(n))
+        .cloned()
+        .collect();
+    let mut rejections: Vec<String> = reasons
+        .iter()
+        .map(|(why, nodes)| format!("{} {why}", nodes.len()))
+        .collect();
+    if !placement.rejections.is_empty() {
+        rejections.insert(0, placement.rejections.clone());
+    }
+    Ok(Some(Restricted {
+        feasible: feasible.len(),
+        excluded: if excluded.is_empty() {
+            Vec::new()
+        } else {
+            vec![slurm_rest::hostlist::compress(&excluded)]
+        },
+        rejections: rejections.join(", "),
+    }))
+}
+
+/// What binding the pods waits for: the pods whose claims are not all bound yet.
+#[derive(Default)]
+pub(super) struct VolumeGate {
+    /// Pods to hold back this pass (their claims are being bound).
+    pub waiting: BTreeSet<String>,
+}
+
+/// Gives every member with claims its volumes on its planned node, in group order (two pods of
+/// a gang never get one PV), and tells which pods must wait for the binding to complete. A
+/// failed write is undone, shown on the pod and fails the pass (retried with backoff).
+pub(super) async fn prepare<S: Slurm>(
+    ctx: &Ctx<S>,
+    job_id: u32,
+    members: &[&Pod],
+    plan: &BTreeMap<String, String>,
+) -> Result<VolumeGate, ReconcileError> {
+    let mut gate = VolumeGate::default();
+    let with_claims: Vec<&Pod> = members
+        .iter()
+        .copied()
+        .filter(|p| !crate::k8s::is_bound(p) && volumes::has_claims(p))
+        .collect();
+    if with_claims.is_empty() {
+        return Ok(gate);
+    }
+    let snapshot = ctx.volumes.snapshot();
+    let nodes = ctx.nodes.state();
+    let mut reserved = Reserved::default();
+    for pod in with_claims {
+        let key = pod_key(pod);
+        let Some(node_name) = plan.get(&key) else {
+            continue;
+        };
+        let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) else {
+            continue;
+        };
+        let planned = match plan_and_apply(ctx, &snapshot, pod, node, &mut reserved).await {
+            Ok(p) => p,
+            Err(e) => {
+                let message =
+                    format!("Slurm job {job_id} on node {node_name}: binding volumes failed: {e}");
+                report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message).await;
+                return Err(ReconcileError::Volume(e));
+            }
+        };
+        let ns = pod.namespace().unwrap_or_default();
+        let progress = volumes::fetch_progress(&ctx.client, &ns, &planned.claims())
+            .await
+            .map_err(ReconcileError::Volume)?;
+        if !progress.done() {
+            let message = format!(
+                "Slurm job {job_id} allocated node {node_name}: waiting for its volumes to be \
+                 bound ({}/{} claims bound; waiting for {})",
+                progress.bound,
+                progress.total,
+                progress.waiting.join(", ")
+            );
+            report(ctx, pod, reason::WAITING_FOR_VOLUMES, &message).await;
+            gate.waiting.insert(key);
+        }
+    }
+    Ok(gate)
+}
+
+/// Plans `pod`'s claims on `node` and writes what the plan says; a PV another writer took
+/// meanwhile is left out and the plan made again (a few times).
+async fn plan_and_apply<S: Slurm>(
+    ctx: &Ctx<S>,
+    snapshot: &VolumeSnapshot,
+    pod: &Pod,
+    node: &Node,
+    reserved: &mut Reserved,
+) -> Result<volumes::VolumePlan, VolumeError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let plan = volumes::plan_pod(pod, snapshot, node, reserved)?;
+        let mut applied = Applied::default();
+        match volumes::apply(&ctx.client, snapshot, &plan, &mut applied).await {
+            Ok(()) => {
+                reserved.add(&plan);
+                return Ok(plan);
+            }
+            Err(e) => {
+                for undo_err in volumes::undo(&ctx.client, &applied).await {
+                    tracing::warn!(pod = %pod_key(pod), error = %undo_err, "undoing a volume write failed");
+                }
+                match &e {
+                    VolumeError::PvTaken { pv, .. } if attempt < 3 => reserved.exclude(pv),
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+}
