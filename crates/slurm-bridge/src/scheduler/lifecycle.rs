@@ -3,6 +3,7 @@
 
 use super::context::{Ctx, Slurm};
 use super::metrics::LifecycleMetrics;
+use super::queue::PodQueue;
 use super::triggers::Triggers;
 use super::{SchedulerOptions, reconcile, sweep};
 use crate::leader::until_leadership;
@@ -11,6 +12,7 @@ use crate::sync::until_true;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use std::future::Future;
 use std::pin::Pin;
@@ -100,14 +102,22 @@ impl<S: Slurm> Lifecycle<S> {
         &self,
         stop: tokio_watch::Receiver<bool>,
     ) -> impl Future<Output = ()> + Send + use<S> {
-        let queue = self.triggers.open();
+        let (tx, queue) = futures::channel::mpsc::unbounded();
+        let pod_queue = PodQueue::new(
+            self.ctx.pods.clone(),
+            usize::from(self.opts.concurrency),
+            tx,
+        );
+        self.triggers.open(pod_queue.clone());
+        // A pass for every cached pod first, in the queue's order.
+        self.triggers.send_all(&self.ctx.pods.state());
+        let feed = pod_queue.clone().feed();
         let passes = self.metrics.passes.clone();
         let controller = Controller::for_stream(
             futures::stream::empty::<Result<Pod, watcher::Error>>(),
             self.ctx.pods.clone(),
         )
         .with_config(ControllerConfig::default().concurrency(self.opts.concurrency))
-        .reconcile_all_on(futures::stream::once(async {}))
         .reconcile_on(queue)
         .graceful_shutdown_on(until_true(stop.clone()))
         .run(
@@ -118,7 +128,17 @@ impl<S: Slurm> Lifecycle<S> {
             reconcile::error_policy,
             self.ctx.clone(),
         )
-        .for_each(|res| {
+        .for_each(move |res| {
+            // Every request the queue handed out ends here: passed, failed, or for a pod
+            // gone from the cache meanwhile.
+            use kube::runtime::controller::Error;
+            match &res {
+                Ok((pod, _)) => pod_queue.done(pod),
+                Err(Error::ObjectNotFound(r) | Error::ReconcilerFailed(_, r)) => pod_queue.done(
+                    &ObjectRef::new(&r.name).within(r.namespace.as_deref().unwrap_or_default()),
+                ),
+                Err(_) => {}
+            }
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile error");
             }
@@ -126,7 +146,11 @@ impl<S: Slurm> Lifecycle<S> {
         });
         let sweep = sweep_until(self.ctx.clone(), self.opts.sweep_interval, stop);
         async move {
-            futures::future::join(controller, sweep).await;
+            // The feed lives as long as the controller and the sweep.
+            tokio::select! {
+                _ = futures::future::join(controller, sweep) => {}
+                _ = feed => {}
+            }
         }
     }
 }

@@ -20,6 +20,7 @@ mod lifecycle;
 pub mod locks;
 pub mod metrics;
 pub mod podgroup;
+mod queue;
 pub mod reason;
 pub mod reconcile;
 pub mod rejection;

@@ -3,41 +3,42 @@
 
 use super::context::{Ctx, Slurm};
 use super::metrics::Metrics;
+use super::queue::PodQueue;
 use crate::caches::Change;
 use crate::sync::MutexExt;
-use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Where reconcile requests go: the running controller's queue while this replica leads,
-/// nowhere while it stands by (the controller starts with a pass for every cached pod).
+/// Where reconcile requests go: the running term's queue ([`PodQueue`]) while this replica
+/// leads, nowhere while it stands by (a term starts with a pass for every cached pod).
 #[derive(Default)]
-pub(super) struct Triggers(Mutex<Option<mpsc::UnboundedSender<ObjectRef<Pod>>>>);
+pub(super) struct Triggers(Mutex<Option<Arc<PodQueue>>>);
 
 impl Triggers {
-    pub(super) fn slot(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<ObjectRef<Pod>>>> {
-        self.0.locked()
-    }
-
     pub(super) fn send(&self, pod: ObjectRef<Pod>) {
-        if let Some(tx) = self.slot().as_ref() {
-            let _ = tx.unbounded_send(pod);
+        if let Some(q) = self.0.locked().as_ref() {
+            q.push(pod);
         }
     }
 
-    /// A new queue; requests go there from now on.
-    pub(super) fn open(&self) -> mpsc::UnboundedReceiver<ObjectRef<Pod>> {
-        let (tx, rx) = mpsc::unbounded();
-        *self.slot() = Some(tx);
-        rx
+    /// Sends a pass for each of `pods` (the queue ranks them).
+    pub(super) fn send_all(&self, pods: &[Arc<Pod>]) {
+        if let Some(q) = self.0.locked().as_ref() {
+            for pod in pods {
+                q.push(ObjectRef::from_obj(&**pod));
+            }
+        }
+    }
+
+    /// Requests go to `queue` from now on.
+    pub(super) fn open(&self, queue: Arc<PodQueue>) {
+        *self.0.locked() = Some(queue);
     }
 
     pub(super) fn close(&self) {
-        *self.slot() = None;
+        *self.0.locked() = None;
     }
 }
 
@@ -53,34 +54,53 @@ pub(super) async fn follow_pods<S: Slurm>(
     triggers: Arc<Triggers>,
 ) {
     let mut seen: std::collections::HashMap<String, u64> = Default::default();
-    while let Some(change) = changes.recv().await {
-        ctx.pod_change(&change);
-        match &change {
-            Change::Applied(pod) => {
-                let key = pod.metadata.uid.clone().unwrap_or_default();
-                let now = scheduling_inputs(pod);
-                match seen.insert(key, now) {
-                    Some(before) if before == now => {}
-                    Some(_) => triggers.send(ObjectRef::from_obj(&**pod)),
-                    None => {
-                        triggers.send(ObjectRef::from_obj(&**pod));
-                        wake_siblings(&ctx, pod, &triggers);
-                    }
+    while let Some(first) = changes.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = changes.try_recv() {
+            batch.push(more);
+        }
+        let mut to_send: Vec<Arc<Pod>> = Vec::new();
+        for change in batch {
+            follow_one(&ctx, change, &mut seen, &mut to_send, &triggers);
+        }
+        triggers.send_all(&to_send);
+    }
+}
+
+/// One pod change: a pod to reconcile goes to `to_send`; siblings are woken at once.
+fn follow_one<S: Slurm>(
+    ctx: &Ctx<S>,
+    change: Change<Pod>,
+    seen: &mut std::collections::HashMap<String, u64>,
+    to_send: &mut Vec<Arc<Pod>>,
+    triggers: &Triggers,
+) {
+    ctx.pod_change(&change);
+    match &change {
+        Change::Applied(pod) => {
+            let key = pod.metadata.uid.clone().unwrap_or_default();
+            let now = scheduling_inputs(pod);
+            match seen.insert(key, now) {
+                Some(before) if before == now => {}
+                Some(_) => to_send.push(pod.clone()),
+                None => {
+                    to_send.push(pod.clone());
+                    wake_siblings(ctx, pod, triggers);
                 }
             }
-            Change::Deleted(pod) => {
-                seen.remove(pod.metadata.uid.as_deref().unwrap_or_default());
-                wake_siblings(&ctx, pod, &triggers);
-            }
-            Change::Relisted => {
-                let live: std::collections::HashSet<String> = ctx
-                    .pods
-                    .state()
-                    .iter()
-                    .filter_map(|p| p.metadata.uid.clone())
-                    .collect();
-                seen.retain(|uid, _| live.contains(uid));
-            }
+        }
+        Change::Deleted(pod) => {
+            seen.remove(pod.metadata.uid.as_deref().unwrap_or_default());
+            wake_siblings(ctx, pod, triggers);
+        }
+        Change::Relisted => {
+            let live: std::collections::HashSet<String> = ctx
+                .pods
+                .state()
+                .iter()
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            seen.retain(|uid, _| live.contains(uid));
         }
     }
 }

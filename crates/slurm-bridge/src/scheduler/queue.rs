@@ -1,0 +1,204 @@
+//! The scheduling queue in front of the controller, ordered as kube-scheduler's active queue:
+//! higher `spec.priority` first, then older pods, then the order of arrival. It hands the
+//! controller a pod only while fewer passes are outstanding than the controller has workers, so
+//! when more pods wait than can run (start-up, a burst) the higher ones start first; the
+//! controller's own queue orders by due time, to the millisecond and not within one.
+
+use crate::sync::MutexExt;
+use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashSet};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// One request waiting in the queue.
+struct Queued {
+    priority: i32,
+    created: Option<Time>,
+    seq: u64,
+    pod: ObjectRef<Pod>,
+}
+
+impl Queued {
+    fn rank(
+        &self,
+    ) -> (
+        i32,
+        std::cmp::Reverse<Option<&Time>>,
+        std::cmp::Reverse<u64>,
+    ) {
+        (
+            self.priority,
+            std::cmp::Reverse(self.created.as_ref()),
+            std::cmp::Reverse(self.seq),
+        )
+    }
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    /// Greater is sooner: the heap pops it first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    heap: BinaryHeap<Queued>,
+    /// Pods handed to the controller whose pass has not ended yet.
+    outstanding: HashSet<ObjectRef<Pod>>,
+    seq: u64,
+}
+
+/// The queue of one term of leadership; see the module doc.
+pub(super) struct PodQueue {
+    state: Mutex<State>,
+    wake: Notify,
+    workers: usize,
+    pods: Store<Pod>,
+    to_controller: mpsc::UnboundedSender<ObjectRef<Pod>>,
+}
+
+impl PodQueue {
+    /// A queue feeding `to_controller` for a controller of `workers` concurrent passes.
+    pub(super) fn new(
+        pods: Store<Pod>,
+        workers: usize,
+        to_controller: mpsc::UnboundedSender<ObjectRef<Pod>>,
+    ) -> Arc<Self> {
+        Arc::new(PodQueue {
+            state: Mutex::default(),
+            wake: Notify::new(),
+            workers: workers.max(1),
+            pods,
+            to_controller,
+        })
+    }
+
+    /// Queues a pass for `pod`, ranked by what the pod cache holds of it.
+    pub(super) fn push(&self, pod: ObjectRef<Pod>) {
+        let cached = self.pods.get(&pod);
+        let priority = cached
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.priority)
+            .unwrap_or(0);
+        let created = cached.and_then(|p| p.metadata.creation_timestamp.clone());
+        {
+            let mut st = self.state.locked();
+            st.seq += 1;
+            let seq = st.seq;
+            st.heap.push(Queued {
+                priority,
+                created,
+                seq,
+                pod,
+            });
+        }
+        self.wake.notify_one();
+    }
+
+    /// A pass for `pod` ended: a worker is free.
+    pub(super) fn done(&self, pod: &ObjectRef<Pod>) {
+        if self.state.locked().outstanding.remove(pod) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Hands queued pods to the controller, best first, while it has free workers; runs until
+    /// the controller's end of the channel is gone.
+    pub(super) async fn feed(self: Arc<Self>) {
+        loop {
+            let woken = self.wake.notified();
+            let next = {
+                let mut st = self.state.locked();
+                if st.outstanding.len() < self.workers {
+                    st.heap.pop().inspect(|q| {
+                        st.outstanding.insert(q.pod.clone());
+                    })
+                } else {
+                    None
+                }
+            };
+            match next {
+                Some(q) => {
+                    if self.to_controller.unbounded_send(q.pod).is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    if self.to_controller.is_closed() {
+                        return;
+                    }
+                    woken.await
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    fn pod(name: &str, priority: Option<i32>, created: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+            "spec": {"containers": [{"name": "c"}], "priority": priority},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn hands_out_the_best_first_and_no_more_than_the_workers() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let pods = [
+            pod("low-old", Some(0), "2026-01-01T00:00:00Z"),
+            pod("none", None, "2026-01-01T00:00:01Z"),
+            pod("high-new", Some(1000), "2026-01-01T00:00:05Z"),
+            pod("high-old", Some(1000), "2026-01-01T00:00:02Z"),
+            pod("mid", Some(10), "2026-01-01T00:00:03Z"),
+        ];
+        for p in &pods {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p.clone()));
+        }
+        let (tx, mut rx) = mpsc::unbounded();
+        let queue = PodQueue::new(store, 2, tx);
+        for p in &pods {
+            queue.push(ObjectRef::from_obj(p));
+        }
+        tokio::spawn(queue.clone().feed());
+        let name = |r: ObjectRef<Pod>| r.name;
+        // Two workers: the two best, then nothing until a pass ends.
+        assert_eq!(name(rx.next().await.unwrap()), "high-old");
+        assert_eq!(name(rx.next().await.unwrap()), "high-new");
+        let more = tokio::time::timeout(std::time::Duration::from_millis(100), rx.next()).await;
+        assert!(
+            more.is_err(),
+            "a third was handed out with both workers busy"
+        );
+        queue.done(&ObjectRef::new("high-old").within("ns"));
+        assert_eq!(name(rx.next().await.unwrap()), "mid");
+        queue.done(&ObjectRef::new("mid").within("ns"));
+        assert_eq!(name(rx.next().await.unwrap()), "low-old");
+        queue.done(&ObjectRef::new("high-new").within("ns"));
+        assert_eq!(name(rx.next().await.unwrap()), "none");
+    }
+}
