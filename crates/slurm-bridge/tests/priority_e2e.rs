@@ -77,7 +77,7 @@ fn job_field(env: &Env, id: u32, key: &str) -> String {
 async fn a_priority_class_maps_to_slurm_partition_and_priority_unless_annotated() {
     let mut env = start(3).await;
     let slurm = e2e::rest_client(&env.slurm);
-    env.start_scheduler_opts(slurm, tokio::sync::watch::channel(true).1, |o| mapped(o))
+    env.start_scheduler_opts(slurm, tokio::sync::watch::channel(true).1, mapped)
         .await;
     let _controllers = Controllers::start(&env, |_| {}).await;
 
