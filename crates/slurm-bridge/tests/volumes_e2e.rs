@@ -234,3 +234,93 @@ async fn an_unbound_immediate_claim_is_left_to_the_pv_controller() {
     assert!(env.slurm_job_ids().is_empty());
     env.assert_invariants().await;
 }
+
+/// A provisioner as local-path ones work: for each claim of class `class` that the scheduler gave
+/// a `volume.kubernetes.io/selected-node`, a PV on that node, pre-bound to the claim. Runs until
+/// the returned task is aborted.
+fn provisioner(env: &Env, class: &'static str) -> tokio::task::JoinHandle<()> {
+    let client = env.kube.clone();
+    tokio::spawn(async move {
+        let pvcs: Api<PersistentVolumeClaim> = Api::all(client.clone());
+        let pvs: Api<PersistentVolume> = Api::all(client);
+        loop {
+            for c in pvcs.list(&Default::default()).await.unwrap().items {
+                let spec = c.spec.clone().unwrap_or_default();
+                let node = c
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("volume.kubernetes.io/selected-node"))
+                    .cloned();
+                let (Some(node), None) = (node, spec.volume_name.clone()) else {
+                    continue;
+                };
+                if spec.storage_class_name.as_deref() != Some(class) {
+                    continue;
+                }
+                let name = format!("pvc-{}", c.metadata.uid.clone().unwrap());
+                let size = spec.resources.unwrap().requests.unwrap()["storage"]
+                    .0
+                    .clone();
+                let pv = json!({"metadata": {"name": name,
+                                             "annotations": {"pv.kubernetes.io/provisioned-by": "test.example.com/local"}},
+                    "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                             "persistentVolumeReclaimPolicy": "Delete", "storageClassName": class,
+                             "local": {"path": "/tmp"},
+                             "claimRef": {"namespace": c.metadata.namespace, "name": c.metadata.name,
+                                          "uid": c.metadata.uid},
+                             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}});
+                let _ = pvs
+                    .create(&PostParams::default(), &serde_json::from_value(pv).unwrap())
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+#[tokio::test]
+async fn dynamic_claims_are_provisioned_on_the_node_slurm_chose() {
+    let (env, _controllers) = start(3).await;
+    let classes: Api<StorageClass> = Api::all(env.kube.clone());
+    create(
+        &classes,
+        json!({"metadata": {"name": "dynamic"}, "provisioner": "test.example.com/local",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    let provisioner = provisioner(&env, "dynamic");
+
+    // A claim of its own, and a generic ephemeral volume (its claim made by Kubernetes).
+    claim(&env, "dyn", "dynamic", "2Gi").await;
+    env.create_pod(pod_with_claim("own", "dyn", json!({})))
+        .await;
+    let mut scratch = pod(
+        "scratch",
+        json!({}),
+        json!({"terminationGracePeriodSeconds": 1,
+               "volumes": [{"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                   "accessModes": ["ReadWriteOnce"], "storageClassName": "dynamic",
+                   "resources": {"requests": {"storage": "1Gi"}}}}}}]}),
+    );
+    scratch["metadata"]["labels"] = json!({});
+    env.create_pod(scratch).await;
+    let bound = env
+        .wait_bound(&["own".into(), "scratch".into()], WAIT)
+        .await;
+    for (p, claim) in [(&bound[0], "dyn"), (&bound[1], "scratch-tmp")] {
+        let pv = wait_claim_bound(&env, claim).await;
+        assert_eq!(pv_node(&env, &pv).await, node_of(p), "{claim} -> {pv}");
+        let c = Api::<PersistentVolumeClaim>::namespaced(env.kube.clone(), NS)
+            .get(claim)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+            node_of(p)
+        );
+    }
+    provisioner.abort();
+    env.assert_invariants().await;
+}
