@@ -324,3 +324,69 @@ async fn dynamic_claims_are_provisioned_on_the_node_slurm_chose() {
     provisioner.abort();
     env.assert_invariants().await;
 }
+
+#[tokio::test]
+async fn a_claim_never_bound_times_out_and_the_pod_is_scheduled_again() {
+    let mut env = Env::start(2).await;
+    let classes: Api<StorageClass> = Api::all(env.kube.clone());
+    create(
+        &classes,
+        json!({"metadata": {"name": "never"}, "provisioner": "test.example.com/never",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    let slurm = e2e::rest_client(&env.slurm);
+    env.start_scheduler_opts(slurm, tokio::sync::watch::channel(true).1, |o| {
+        o.volume_bind_timeout = Duration::from_secs(3)
+    })
+    .await;
+    let _controllers = Controllers::start(&env, |_| {}).await;
+    claim(&env, "stuck", "never", "1Gi").await;
+    env.create_pod(pod_with_claim("stuck", "stuck", json!({})))
+        .await;
+
+    // Allocated, the pod waits for the claim (no provisioner answers), showing progress.
+    let msg = env.wait_condition("stuck", "WaitingForVolumes", WAIT).await;
+    assert!(msg.contains("0/1 claims bound; waiting for stuck"), "{msg}");
+    let first = job_id_of(&env.pods().get("stuck").await.unwrap());
+    // After the timeout its job is cancelled and it says why; it is then scheduled again.
+    let msg = env
+        .wait_condition("stuck", "VolumeBindingFailed", WAIT)
+        .await;
+    assert!(msg.contains("were not bound within 3s"), "{msg}");
+    env.wait_job_ended(first, WAIT).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let p = env.pods().get("stuck").await.unwrap();
+        if p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(slurm_bridge::wellknown::LABEL_SLURM_JOBID))
+            .is_some_and(|id| *id != first.to_string())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new job for the pod after its timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(node_of(&env.pods().get("stuck").await.unwrap()).is_empty());
+    // The pod goes: whichever job it has then ends with it.
+    env.pods()
+        .delete("stuck", &Default::default())
+        .await
+        .unwrap();
+    env.wait_pod("stuck", "gone", WAIT, |p| p.is_none()).await;
+    let deadline = Instant::now() + WAIT;
+    while !env.active_job_ids().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "jobs left: {:?}",
+            env.active_job_ids()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.assert_invariants().await;
+}

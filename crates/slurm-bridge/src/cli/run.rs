@@ -34,9 +34,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
     let (client, slurm) = (started.client, started.slurm);
     let lease = s.lease(cfg.scheduler_name.clone());
     let mut sched_opts = SchedulerOptions::new(cfg.clone());
-    sched_opts.job_poll_interval = s.slurm_poll_interval;
-    sched_opts.concurrency = args.scheduler.workers;
-    sched_opts.shutdown_grace = s.shutdown_grace;
+    args.scheduler.apply(&mut sched_opts);
     let admission_opts = args
         .webhook
         .enabled()

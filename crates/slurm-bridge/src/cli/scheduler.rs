@@ -18,6 +18,22 @@ pub struct SchedulerArgs {
     /// Pods reconciled at once.
     #[arg(long, default_value_t = 64)]
     pub workers: u16,
+    /// How long an allocated pod waits for its PersistentVolumeClaims to be bound before its
+    /// volume reservations are undone and its Slurm job is cancelled (kube-scheduler's
+    /// bindTimeoutSeconds).
+    #[arg(long, default_value = "10m", value_parser = process::parse_duration)]
+    pub volume_bind_timeout: std::time::Duration,
+}
+
+impl SchedulerArgs {
+    /// What these flags set in `opts`.
+    pub fn apply(&self, opts: &mut SchedulerOptions) {
+        let p = &self.process;
+        opts.job_poll_interval = p.slurm_poll_interval;
+        opts.concurrency = self.workers;
+        opts.shutdown_grace = p.shutdown_grace;
+        opts.volume_bind_timeout = self.volume_bind_timeout;
+    }
 }
 
 /// Runs the scheduler until SIGTERM/SIGINT.
@@ -26,9 +42,7 @@ pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
     let started = process::start(&cfg, p.health_probe_bind_address).await?;
     let lease = p.lease(cfg.scheduler_name.clone());
     let mut opts = SchedulerOptions::new(cfg);
-    opts.job_poll_interval = p.slurm_poll_interval;
-    opts.concurrency = args.workers;
-    opts.shutdown_grace = p.shutdown_grace;
+    args.apply(&mut opts);
     serve(
         started.client,
         started.slurm,

@@ -33,6 +33,11 @@ pub struct Ctx<S> {
     pub slices: Store<k8s_openapi::api::resource::v1::ResourceSlice>,
     /// PVCs, PVs and StorageClasses, for the volume rules ([`crate::volumes`]).
     pub volumes: crate::caches::VolumeStores,
+    /// How long an allocated pod may wait for its claims to be bound (kube-scheduler's
+    /// `bindTimeoutSeconds`); then its writes are undone and its Slurm job cancelled.
+    pub volume_bind_timeout: Duration,
+    /// Since when each pod (`ns/name`, Slurm job) has waited for its claims' binding.
+    pub volume_waits: Mutex<HashMap<(String, u32), std::time::Instant>>,
     pub reader: KubeReader,
     pub writer: PodWriter,
     pub locks: GroupLocks,
@@ -97,6 +102,9 @@ impl PlacementCache {
     }
 }
 
+/// kube-scheduler's default `bindTimeoutSeconds`.
+pub const DEFAULT_VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// A placement as the job description and the user message need it.
 #[derive(Debug)]
 pub struct CachedPlacement {
@@ -132,6 +140,8 @@ impl<S: Slurm> Ctx<S> {
             pods: caches.pods,
             slices: caches.slices,
             volumes: caches.volumes,
+            volume_bind_timeout: DEFAULT_VOLUME_BIND_TIMEOUT,
+            volume_waits: Default::default(),
             node_generation: caches.node_generation,
             locks: Default::default(),
             metrics,
@@ -266,12 +276,17 @@ impl<S: Slurm> Ctx<S> {
         match event {
             watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => self.writer.seen(pod),
             watcher::Event::Delete(pod) => {
-                self.forget_pod(&pod_key(pod));
-                self.writer.forget_pod(&pod_key(pod));
+                let key = pod_key(pod);
+                self.forget_pod(&key);
+                self.writer.forget_pod(&key);
+                self.volume_waits.locked().retain(|(p, _), _| *p != key);
             }
             watcher::Event::InitDone => {
                 self.failures.retain(|key| self.is_cached(key));
                 self.writer.retain_pods(|key| self.is_cached(key));
+                self.volume_waits
+                    .locked()
+                    .retain(|(p, _), _| self.is_cached(p));
             }
             _ => {}
         }
@@ -282,10 +297,7 @@ impl<S: Slurm> Ctx<S> {
         use crate::caches::Change;
         match change {
             Change::Applied(pod) => self.writer.seen(pod),
-            Change::Deleted(pod) => {
-                self.forget_pod(&pod_key(pod));
-                self.writer.forget_pod(&pod_key(pod));
-            }
+            Change::Deleted(pod) => self.pod_event(&watcher::Event::Delete((**pod).clone())),
             Change::Relisted => self.pod_event(&watcher::Event::InitDone),
         }
     }

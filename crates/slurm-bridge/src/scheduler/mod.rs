@@ -61,6 +61,8 @@ pub struct SchedulerOptions {
     pub sweep_interval: Duration,
     /// On shutdown, how long in-flight reconciles may finish before they are aborted.
     pub shutdown_grace: Duration,
+    /// How long an allocated pod may wait for its claims' binding ([`Ctx::volume_bind_timeout`]).
+    pub volume_bind_timeout: Duration,
 }
 
 impl SchedulerOptions {
@@ -72,6 +74,7 @@ impl SchedulerOptions {
             concurrency: 64,
             sweep_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            volume_bind_timeout: context::DEFAULT_VOLUME_BIND_TIMEOUT,
         }
     }
 }
@@ -138,12 +141,15 @@ pub async fn run_with<S: Slurm>(
 ) -> SchedulerHandle {
     let metrics = Metrics::counting(registry, &caches.handles.slurm.metrics);
     let lifecycle_metrics = LifecycleMetrics::new(registry);
-    let ctx = Arc::new(Ctx::new(
-        opts.config.clone(),
-        client,
-        caches.handles(),
-        metrics.clone(),
-    ));
+    let ctx = Arc::new(Ctx {
+        volume_bind_timeout: opts.volume_bind_timeout,
+        ..Ctx::new(
+            opts.config.clone(),
+            client,
+            caches.handles(),
+            metrics.clone(),
+        )
+    });
     let triggers = Arc::new(Triggers::default());
 
     // Subscriptions to the caches, kept from start to shutdown, on a standby too.

@@ -9,12 +9,14 @@ use super::report::report;
 use crate::k8s::slurm_node_name;
 use crate::scheduler::context::{CachedPlacement, Ctx, Slurm};
 use crate::scheduler::reason;
+use crate::sync::MutexExt;
 use crate::volumes::{self, Applied, Reserved, VolumeError, VolumeSnapshot};
 use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The placement narrowed to the nodes that can serve the group's volumes.
 pub(super) struct Restricted {
@@ -129,7 +131,18 @@ pub(super) async fn prepare<S: Slurm>(
         let progress = volumes::fetch_progress(&ctx.client, &ns, &planned.claims())
             .await
             .map_err(ReconcileError::Volume)?;
-        if !progress.done() {
+        let wait = (key.clone(), job_id);
+        if progress.done() {
+            ctx.volume_waits.locked().remove(&wait);
+            continue;
+        }
+        let since = *ctx
+            .volume_waits
+            .locked()
+            .entry(wait.clone())
+            .or_insert_with(Instant::now);
+        gate.waiting.insert(key);
+        if since.elapsed() < ctx.volume_bind_timeout {
             let message = format!(
                 "Slurm job {job_id} allocated node {node_name}: waiting for its volumes to be \
                  bound ({}/{} claims bound; waiting for {})",
@@ -138,10 +151,44 @@ pub(super) async fn prepare<S: Slurm>(
                 progress.waiting.join(", ")
             );
             report(ctx, pod, reason::WAITING_FOR_VOLUMES, &message).await;
-            gate.waiting.insert(key);
+            continue;
         }
+        // As kube-scheduler after bindTimeoutSeconds: take back what was reserved and schedule
+        // again; here, with a new Slurm job, which may get other nodes.
+        for e in volumes::undo(&ctx.client, &written(&planned)).await {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "undoing a volume reservation failed");
+        }
+        ctx.volume_waits.locked().remove(&wait);
+        let message = format!(
+            "Slurm job {job_id} on node {node_name}: claims {} were not bound within {:?}; \
+             their reservations are undone and the job is cancelled, to be scheduled again",
+            progress.waiting.join(", "),
+            ctx.volume_bind_timeout
+        );
+        tracing::warn!(pod = %pod_key(pod), job_id, "volume binding timed out");
+        report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message).await;
+        ctx.slurm.cancel(job_id).await?;
+        return Ok(gate);
     }
     Ok(gate)
+}
+
+/// Every write `plan` stands for (done by this pass or an earlier one), for [`volumes::undo`].
+fn written(plan: &volumes::VolumePlan) -> Applied {
+    let mut applied = Applied {
+        namespace: plan.namespace.clone(),
+        ..Default::default()
+    };
+    for a in &plan.actions {
+        match a {
+            volumes::ClaimAction::BindPv { claim, pv } => {
+                applied.pvs.push((pv.clone(), claim.clone()))
+            }
+            volumes::ClaimAction::SelectNode { claim, .. } => applied.selected.push(claim.clone()),
+            volumes::ClaimAction::Bound { .. } => {}
+        }
+    }
+    applied
 }
 
 /// Plans `pod`'s claims on `node` and writes what the plan says; a PV another writer took
