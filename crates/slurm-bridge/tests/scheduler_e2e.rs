@@ -422,7 +422,7 @@ async fn invalid_annotation_is_reported_and_nothing_is_submitted() {
         "{message}"
     );
     assert!(message.contains("soon"), "{message}");
-    let events = env.event_reasons("bad").await;
+    let events = env.wait_event("bad", "InvalidAnnotation").await;
     assert!(
         events.iter().any(|(r, _)| r == "InvalidAnnotation"),
         "{events:?}"
@@ -1079,7 +1079,7 @@ async fn a_closed_podgroup_refuses_newcomers_and_keeps_its_running_gang() {
         .wait_condition("closed-2", "PodGroupClosed", BIND_TIMEOUT)
         .await;
     assert!(message.contains("Running"), "{message}");
-    let events = env.event_reasons("closed-2").await;
+    let events = env.wait_event("closed-2", "PodGroupClosed").await;
     assert!(
         events.iter().any(|(r, _)| r == "PodGroupClosed"),
         "{events:?}"
@@ -1244,7 +1244,7 @@ async fn a_gang_below_its_size_starts_its_minimum_and_the_rest_follow_alone() {
     // The last pod by name was left over: told why, and submitted alone.
     env.wait_condition("partial-2", "OutsideGroupAllocation", BIND_TIMEOUT)
         .await;
-    let events = env.event_reasons("partial-2").await;
+    let events = env.wait_event("partial-2", "OutsideGroupAllocation").await;
     let note = events
         .iter()
         .find(|(r, _)| r == "OutsideGroupAllocation")
@@ -1268,7 +1268,9 @@ async fn a_gang_below_its_size_starts_its_minimum_and_the_rest_follow_alone() {
         .await;
     env.wait_condition("partial-late", "OutsideGroupAllocation", BIND_TIMEOUT)
         .await;
-    let events = env.event_reasons("partial-late").await;
+    let events = env
+        .wait_event("partial-late", "OutsideGroupAllocation")
+        .await;
     assert!(
         events
             .iter()

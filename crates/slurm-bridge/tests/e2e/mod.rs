@@ -271,6 +271,23 @@ impl Env {
         }
     }
 
+    /// The pod's Events once one with `reason` is among them (the scheduler writes a pod's
+    /// condition first, its Event right after); panics after 30 s.
+    pub async fn wait_event(&self, pod: &str, reason: &str) -> Vec<(String, String)> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let events = self.event_reasons(pod).await;
+            if events.iter().any(|(r, _)| r == reason) {
+                return events;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} Event for pod {pod} within 30 s: {events:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Event reasons recorded for a pod.
     pub async fn event_reasons(&self, pod: &str) -> Vec<(String, String)> {
         let gvk = kube::api::GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
