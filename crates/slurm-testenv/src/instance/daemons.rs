@@ -1,6 +1,6 @@
 //! slurmctld and slurmrestd: started, waited for, stopped.
 
-use super::{DATA_PARSER, Instance, START_TIMEOUT, STOP_TIMEOUT};
+use super::{DATA_PARSER, Instance, START_TIMEOUT, STOP_TIMEOUT, locked};
 use crate::conf::{self, ConfParams, Policy};
 use crate::error::{Error, Result};
 use crate::process::{self, ProcId};
@@ -16,7 +16,7 @@ impl Instance {
         loop {
             attempt += 1;
             let params = {
-                let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+                let meta = locked(&self.meta);
                 ConfParams {
                     cluster_name: format!("st{}", meta.slurmctld_port),
                     slurmctld_port: meta.slurmctld_port,
@@ -39,7 +39,7 @@ impl Instance {
                     self.stop_child(|c| &mut c.slurmctld);
                     ports::reserve(2, |p| {
                         {
-                            let mut meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut meta = locked(&self.meta);
                             meta.slurmctld_port = p[0];
                             meta.slurmd_port = p[1];
                         }
@@ -57,25 +57,15 @@ impl Instance {
         let log = self.dir.join("slurmctld.out");
         let child = self.spawn_daemon(&["slurmctld", "-D", "-i"], &log, &[])?;
         let id = ProcId::of(child.id() as i32);
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmctld = Some(child);
-        self.meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmctld = id;
+        locked(&self.children).slurmctld = Some(child);
+        locked(&self.meta).slurmctld = id;
         self.save_meta()?;
         self.wait_slurmctld(&log)
     }
 
     pub(super) fn wait_slurmctld(&self, out_log: &Path) -> Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
-        let port = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmctld_port;
+        let port = locked(&self.meta).slurmctld_port;
         loop {
             if !self.child_alive(|c| &mut c.slurmctld) {
                 let mut tail = tail_of(&self.slurmctld_log(), 15);
@@ -125,11 +115,7 @@ impl Instance {
     /// Starts slurmrestd (again, after [`Instance::stop_slurmrestd`]) on the instance's REST port
     /// and waits until it answers.
     pub fn start_slurmrestd(&self) -> Result<()> {
-        let port = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .rest_port;
+        let port = locked(&self.meta).rest_port;
         let listen = format!("127.0.0.1:{port}");
         let log = self.dir.join("slurmrestd.log");
         let child = self.spawn_daemon(
@@ -151,14 +137,8 @@ impl Instance {
             &[("SLURM_JWT", "daemon")],
         )?;
         let id = ProcId::of(child.id() as i32);
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd = Some(child);
-        self.meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd = id;
+        locked(&self.children).slurmrestd = Some(child);
+        locked(&self.meta).slurmrestd = id;
         self.save_meta()?;
         let deadline = Instant::now() + START_TIMEOUT;
         let path = format!("/slurm/{DATA_PARSER}/ping/");
@@ -199,12 +179,7 @@ impl Instance {
     /// Stops slurmrestd only (slurmctld keeps running), to test a client against an outage.
     pub fn stop_slurmrestd(&self) -> Result<()> {
         self.stop_child(|c| &mut c.slurmrestd);
-        let id = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmrestd
-            .take();
+        let id = locked(&self.meta).slurmrestd.take();
         if let Some(id) = id {
             process::stop_sandbox(id, STOP_TIMEOUT);
         }

@@ -1,6 +1,6 @@
 //! Faults for tests: daemons restarted, paused and resumed.
 
-use super::{Instance, STOP_TIMEOUT};
+use super::{Instance, STOP_TIMEOUT, locked};
 use crate::error::{Error, Result};
 use crate::process::{self, ProcId};
 use std::time::{Duration, Instant};
@@ -47,12 +47,7 @@ impl Instance {
     /// after 10 s) and starts it again from that state; returns once it answers. slurmrestd and
     /// the slurmd daemons stay up and reconnect.
     pub fn restart_slurmctld(&self) -> Result<()> {
-        let old = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmctld
-            .take();
+        let old = locked(&self.meta).slurmctld.take();
         if let Some(id) = old {
             for pid in process::descendants(id.pid) {
                 if process::command_name(pid).as_deref() == Some("slurmctld") {
@@ -62,13 +57,7 @@ impl Instance {
             let deadline = Instant::now() + Duration::from_secs(10);
             while id.is_alive() && Instant::now() < deadline {
                 // The owning handle reaps its child; an attached one waits for PID 1 to.
-                if let Some(c) = self
-                    .children
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .slurmctld
-                    .as_mut()
-                {
+                if let Some(c) = locked(&self.children).slurmctld.as_mut() {
                     let _ = c.try_wait();
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -107,7 +96,7 @@ impl Instance {
 
     pub(super) fn signal_daemon(&self, daemon: &Daemon, signal: i32) -> Result<()> {
         let wrapper = {
-            let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+            let meta = locked(&self.meta);
             match daemon {
                 Daemon::Slurmctld => meta.slurmctld,
                 Daemon::Slurmrestd => meta.slurmrestd,

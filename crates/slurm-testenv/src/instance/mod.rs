@@ -123,6 +123,11 @@ impl std::fmt::Debug for Instance {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Locks `m`, even if a panicking holder poisoned it (what it guards is plain bookkeeping).
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn validate_name(name: &str) -> Result<()> {
     if crate::paths::is_valid_instance_name(name) {
         Ok(())
@@ -324,7 +329,7 @@ impl Instance {
 
     /// The `unshare` wrappers of slurmctld and slurmrestd, as recorded when they started.
     pub fn daemon_wrappers(&self) -> Vec<ProcId> {
-        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let meta = locked(&self.meta);
         [meta.slurmctld, meta.slurmrestd]
             .into_iter()
             .flatten()
@@ -334,7 +339,7 @@ impl Instance {
 
     /// True while slurmctld is alive.
     pub fn is_running(&self) -> bool {
-        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let meta = locked(&self.meta);
         meta.slurmctld.is_some_and(|p| p.is_alive())
     }
 
@@ -403,7 +408,7 @@ impl Instance {
     }
 
     fn save_meta(&self) -> Result<()> {
-        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let meta = locked(&self.meta).clone();
         let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Io {
             context: "encode meta.json".into(),
             source: std::io::Error::other(e),
@@ -436,7 +441,7 @@ impl Instance {
     }
 
     fn child_alive(&self, pick: impl Fn(&mut Children) -> &mut Option<Child>) -> bool {
-        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        let mut children = locked(&self.children);
         match pick(&mut children) {
             Some(child) => matches!(child.try_wait(), Ok(None)),
             None => false,
@@ -444,7 +449,7 @@ impl Instance {
     }
 
     fn stop_child(&self, pick: impl Fn(&mut Children) -> &mut Option<Child>) {
-        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        let mut children = locked(&self.children);
         if let Some(mut child) = pick(&mut children).take() {
             if let Some(id) = ProcId::of(child.id() as i32) {
                 process::stop_sandbox(id, STOP_TIMEOUT);
@@ -479,10 +484,7 @@ rm -rf --one-file-system "$D""#;
             .process_group(0)
             .spawn()
             .map_err(Error::io("start the watchdog"))?;
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .watchdog = Some(child);
+        locked(&self.children).watchdog = Some(child);
         Ok(())
     }
 
@@ -490,7 +492,7 @@ rm -rf --one-file-system "$D""#;
     /// too (the CLI's `down`).
     pub fn stop(&self) -> Result<()> {
         {
-            let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+            let mut children = locked(&self.children);
             if let Some(mut w) = children.watchdog.take() {
                 let _ = w.kill();
                 let _ = w.wait();
@@ -501,7 +503,7 @@ rm -rf --one-file-system "$D""#;
         }
         self.stop_child(|c| &mut c.slurmrestd);
         self.stop_child(|c| &mut c.slurmctld);
-        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let meta = locked(&self.meta).clone();
         for id in [meta.slurmrestd, meta.slurmctld].into_iter().flatten() {
             process::stop_sandbox(id, STOP_TIMEOUT);
         }
@@ -543,7 +545,7 @@ pub fn sweep_stale() {
             }
             continue;
         };
-        let meta = inst.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let meta = locked(&inst.meta).clone();
         let stale = match meta.owner {
             Some(owner) => !owner.is_alive(),
             None => !meta.slurmctld.is_some_and(|p| p.is_alive()),

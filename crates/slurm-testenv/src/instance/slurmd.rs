@@ -1,6 +1,6 @@
 //! The nodes run by a real slurmd: started, waited for, killed.
 
-use super::{Instance, START_TIMEOUT, STOP_TIMEOUT};
+use super::{Instance, START_TIMEOUT, STOP_TIMEOUT, locked};
 use crate::error::{Error, Result};
 use crate::process::{self, ProcId};
 use crate::rootfs::tail_of;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 impl Instance {
     /// The names of the nodes run by a real slurmd (`node-1` .. `node-S`).
     pub fn slurmd_nodes(&self) -> Vec<String> {
-        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let meta = locked(&self.meta);
         meta.slurmd.iter().map(|d| d.node.clone()).collect()
     }
 
@@ -53,15 +53,10 @@ impl Instance {
             &[("SLURM_TESTENV_RUN", run.as_str())],
         )?;
         let id = ProcId::of(child.id() as i32);
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        locked(&self.children)
             .slurmd
             .insert(node.to_string(), child);
-        if let Some(d) = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        if let Some(d) = locked(&self.meta)
             .slurmd
             .iter_mut()
             .find(|d| d.node == node)
@@ -74,16 +69,8 @@ impl Instance {
     /// Kills the slurmd of `node` and everything it runs (its job steps), as a host crash
     /// would: slurmctld marks the node DOWN after `SlurmdTimeout` (10 s).
     pub fn kill_slurmd(&self, node: &str) -> Result<()> {
-        let child = self
-            .children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .slurmd
-            .remove(node);
-        let proc = self
-            .meta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let child = locked(&self.children).slurmd.remove(node);
+        let proc = locked(&self.meta)
             .slurmd
             .iter_mut()
             .find(|d| d.node == node)
@@ -109,7 +96,7 @@ impl Instance {
         loop {
             for node in nodes {
                 let alive = {
-                    let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut children = locked(&self.children);
                     children
                         .slurmd
                         .get_mut(node)
