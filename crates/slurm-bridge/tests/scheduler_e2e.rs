@@ -10,7 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use slurm_bridge::caches::{CacheTasks, Caches};
-use slurm_bridge::scheduler::{self, SchedulerOptions};
+use slurm_bridge::scheduler;
 use slurm_bridge::slurm::Instrumented;
 use slurm_bridge::slurm::Slurm;
 use slurm_bridge::slurm::instrumented::RequestLabels;
@@ -30,11 +30,7 @@ struct Watched<S: Slurm> {
 }
 
 async fn start_watched<S: Slurm>(env: &mut Env, slurm: S) -> Watched<S> {
-    let mut opts = SchedulerOptions::new(e2e::config(&env.slurm));
-    opts.job_poll_interval = Duration::from_millis(200);
-    opts.node_poll_interval = Duration::from_secs(2);
-    opts.sweep_interval = Duration::from_secs(2);
-    opts.shutdown_grace = Duration::from_millis(200);
+    let opts = e2e::scheduler_options(&env.slurm);
     let mut registry = Registry::default();
     let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
     let (caches, tasks) = Caches::start(env.kube.clone(), slurm, &opts.cache_options());

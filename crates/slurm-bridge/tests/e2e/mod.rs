@@ -152,11 +152,7 @@ impl Env {
         leader: watch::Receiver<bool>,
         configure: impl FnOnce(&mut SchedulerOptions),
     ) {
-        let mut opts = SchedulerOptions::new(config(&self.slurm));
-        opts.job_poll_interval = Duration::from_millis(200);
-        opts.node_poll_interval = Duration::from_secs(2);
-        opts.sweep_interval = Duration::from_secs(2);
-        opts.shutdown_grace = Duration::from_millis(200);
+        let mut opts = scheduler_options(&self.slurm);
         configure(&mut opts);
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (ready_tx, _ready_rx) = watch::channel(false);
@@ -416,6 +412,17 @@ impl Env {
             assert_eq!(listed, labelled, "job {id}: admin_comment vs labelled pods");
         }
     }
+}
+
+/// The scheduler's options in tests: job poll 200 ms, node poll and sweep 2 s, shutdown grace
+/// 200 ms.
+pub fn scheduler_options(slurm: &slurm_testenv::Instance) -> SchedulerOptions {
+    let mut opts = SchedulerOptions::new(config(slurm));
+    opts.job_poll_interval = Duration::from_millis(200);
+    opts.node_poll_interval = Duration::from_secs(2);
+    opts.sweep_interval = Duration::from_secs(2);
+    opts.shutdown_grace = Duration::from_millis(200);
+    opts
 }
 
 /// Test logs (`RUST_LOG`, default info) go to the test's captured output.
