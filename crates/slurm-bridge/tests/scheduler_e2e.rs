@@ -22,11 +22,11 @@ const BIND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A scheduler started as [`Env::start_scheduler_opts`] starts it (job poll 200 ms, node poll
 /// and sweep 2 s, shutdown grace 200 ms), on caches the test keeps, so the test sees what the
-/// scheduler's own pod cache holds. Its handle is the Env's; dropping this stops it.
+/// scheduler's own pod cache holds. Its handle and stop signal are the Env's; dropping this
+/// stops the caches.
 struct Watched<S: Slurm> {
     caches: Arc<Caches<Instrumented<S>>>,
     _tasks: CacheTasks,
-    _stop: watch::Sender<bool>,
 }
 
 async fn start_watched<S: Slurm>(env: &mut Env, slurm: S) -> Watched<S> {
@@ -48,16 +48,10 @@ async fn start_watched<S: Slurm>(env: &mut Env, slurm: S) -> Watched<S> {
         },
     )
     .await;
-    let mut ready = handle.ready.clone();
-    tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
-        .await
-        .expect("scheduler ready within 60 s")
-        .unwrap();
-    env.handle = Some(handle);
+    env.adopt_scheduler(handle, stop).await;
     Watched {
         caches,
         _tasks: tasks,
-        _stop: stop,
     }
 }
 

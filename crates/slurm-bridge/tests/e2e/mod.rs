@@ -169,12 +169,18 @@ impl Env {
             },
         )
         .await;
+        self.adopt_scheduler(handle, stop_tx).await;
+    }
+
+    /// Waits until a scheduler started by the test is ready, then keeps its handle and its stop
+    /// signal (sent by [`Env::begin_stop`], or when the Env is dropped).
+    pub async fn adopt_scheduler(&mut self, handle: SchedulerHandle, stop: watch::Sender<bool>) {
         let mut ready = handle.ready.clone();
         tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
             .await
             .expect("scheduler ready within 60 s")
             .unwrap();
-        self.stop = Some(stop_tx);
+        self.stop = Some(stop);
         self.handle = Some(handle);
     }
 
