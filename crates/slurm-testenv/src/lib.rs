@@ -23,7 +23,7 @@ mod instance;
 pub mod mirror;
 mod node;
 pub mod paths;
-mod ports;
+pub mod ports;
 pub mod process;
 pub mod rootfs;
 mod sandbox;
