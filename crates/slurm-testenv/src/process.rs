@@ -38,14 +38,8 @@ impl ProcId {
 
 /// `(state, starttime)` from `/proc/PID/stat`.
 fn stat_fields(pid: i32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain spaces: parse after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    // Field 22 of the whole line is starttime; `rest` starts at field 3.
-    let start = fields.get(22 - 3)?.parse().ok()?;
-    Some((state, start))
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    Some((stat.state, stat.starttime))
 }
 
 fn start_time(pid: i32) -> Option<u64> {
@@ -54,19 +48,15 @@ fn start_time(pid: i32) -> Option<u64> {
 
 /// Direct children of a process (all its threads).
 pub fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
+    let Ok(tasks) = procfs::process::Process::new(pid).and_then(|p| p.tasks()) else {
+        return Vec::new();
     };
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
-            );
-        }
-    }
-    out
+    tasks
+        .flatten()
+        .filter_map(|task| task.children().ok())
+        .flatten()
+        .map(|child| child as i32)
+        .collect()
 }
 
 /// Every process below `pid` (children, their children, ...), parents before children.
@@ -82,9 +72,7 @@ pub fn descendants(pid: i32) -> Vec<i32> {
 
 /// The command name of a process (`/proc/PID/comm`), if it exists.
 pub fn command_name(pid: i32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| s.trim().to_string())
+    procfs::process::Process::new(pid).ok()?.stat().ok().map(|s| s.comm)
 }
 
 /// Sends `signal` to `pid` (no-op for PIDs <= 0 or processes already gone).

@@ -16,39 +16,23 @@ pub struct Proc {
     pub args: Vec<String>,
 }
 
-/// `(state, pgid)` from `/proc/PID/stat`.
-fn stat(pid: i32) -> Option<(char, i32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain spaces: parse after the last ')'.
-    let rest = &text[text.rfind(')')? + 2..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let pgid = fields.nth(1)?.parse().ok()?;
-    Some((state, pgid))
-}
-
 /// Every live process (zombies, which hold nothing but a table entry, are left out).
 pub fn processes() -> Vec<Proc> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Some((state, pgid)) = stat(pid) else {
-            continue;
-        };
-        if matches!(state, 'Z' | 'X') {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        out.push(Proc { pid, pgid, args });
-    }
-    out
+    procfs::process::all_processes()
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|p| {
+            let stat = p.stat().ok()?;
+            if matches!(stat.state, 'Z' | 'X') {
+                return None;
+            }
+            Some(Proc {
+                pid: p.pid,
+                pgid: stat.pgrp,
+                args: p.cmdline().unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// Live processes with `dir` itself, or a path below it, in their command line (as in
@@ -74,7 +58,9 @@ pub fn processes_in_group(pgid: i32) -> Vec<Proc> {
 
 /// True while `pid` exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
-    stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+    procfs::process::Process::new(pid)
+        .and_then(|p| p.stat())
+        .is_ok_and(|stat| !matches!(stat.state, 'Z' | 'X'))
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, for at most [`TIMEOUT`].
