@@ -72,7 +72,11 @@ pub fn descendants(pid: i32) -> Vec<i32> {
 
 /// The command name of a process (`/proc/PID/comm`), if it exists.
 pub fn command_name(pid: i32) -> Option<String> {
-    procfs::process::Process::new(pid).ok()?.stat().ok().map(|s| s.comm)
+    procfs::process::Process::new(pid)
+        .ok()?
+        .stat()
+        .ok()
+        .map(|s| s.comm)
 }
 
 /// Sends `signal` to `pid` (no-op for PIDs <= 0 or processes already gone).

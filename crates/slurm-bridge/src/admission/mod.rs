@@ -170,7 +170,13 @@ pub async fn start(
     let (ready_tx, ready) = watch::channel(false);
     let (stopped_tx, stopped) = watch::channel(false);
     let app = server::router(webhooks);
-    let serve = server::serve_tls(listener, app, certs.clone(), opts.enable_http2, stopping());
+    let serve = server::serve_tls(
+        listener,
+        app,
+        certs.clone(),
+        server::ServeOptions::new(opts.enable_http2),
+        stopping(),
+    );
     let ready_tx = Arc::new(ready_tx);
     let ready_tx2 = ready_tx.clone();
     let stop_for_ready = stopping();

@@ -12,7 +12,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -21,7 +21,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 /// Path of the mutating webhook.
@@ -211,21 +211,66 @@ pub fn router(webhooks: Arc<Webhooks>) -> Router {
         .with_state(webhooks)
 }
 
+/// How the TLS server treats its connections: protocols, and how long a slow or silent client
+/// may hold one.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Offer HTTP/2 by ALPN beside HTTP/1.1.
+    pub enable_http2: bool,
+    /// Longest TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Longest wait for a request's headers on HTTP/1.1 (also between kept-alive requests).
+    pub header_read_timeout: Duration,
+    /// Longest time for one request, its body included; the API server gives a webhook 30 s at
+    /// most.
+    pub request_timeout: Duration,
+}
+
+impl ServeOptions {
+    /// The defaults: a client has 10 s for the handshake and for its headers, 30 s in all.
+    pub fn new(enable_http2: bool) -> Self {
+        ServeOptions {
+            enable_http2,
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Serves `app` over TLS on `listener` until `shutdown` completes: certificates from `certs`
 /// (re-read on change by [`tls::CertReloader::watch`]), TLS 1.2 or newer, HTTP/1.1 (and HTTP/2
-/// when `enable_http2`). A failed handshake or connection only ends that connection.
+/// when asked). A failed handshake or connection only ends that connection; a client that is
+/// slow to shake hands, send its headers or finish its request is disconnected (see
+/// [`ServeOptions`]), so slow clients cannot hold connections forever.
 pub async fn serve_tls(
     listener: TcpListener,
     app: Router,
     certs: Arc<tls::CertReloader>,
-    enable_http2: bool,
+    opts: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tls::TlsError> {
     let acceptor =
-        tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(certs, enable_http2)?));
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(certs, opts.enable_http2)?));
+    let request_timeout = opts.request_timeout;
+    let app = app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            match tokio::time::timeout(request_timeout, next.run(req)).await {
+                Ok(resp) => resp,
+                Err(_) => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request was not complete within {} s",
+                        request_timeout.as_secs()
+                    ),
+                )
+                    .into_response(),
+            }
+        },
+    ));
     tokio::pin!(shutdown);
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, http2 = enable_http2, "serving the admission webhooks over TLS");
+        tracing::info!(%addr, http2 = opts.enable_http2, "serving the admission webhooks over TLS");
     }
     loop {
         let (stream, peer) = tokio::select! {
@@ -242,31 +287,33 @@ pub async fn serve_tls(
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                acceptor.accept(stream),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
+            let tls =
+                match tokio::time::timeout(opts.handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let io = TokioIo::new(tls);
             let served = if h2 {
-                hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .http2_only()
-                    .serve_connection(io, service)
-                    .await
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http2()
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(opts.header_read_timeout)
+                    .keep_alive_timeout(opts.header_read_timeout);
+                builder.http2_only().serve_connection(io, service).await
             } else {
                 hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(opts.header_read_timeout)
                     .serve_connection(io, service)
                     .await
                     .map_err(Into::into)

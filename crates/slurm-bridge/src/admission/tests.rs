@@ -810,14 +810,12 @@ pub(crate) fn write_certs(dir: &std::path::Path) -> String {
 }
 
 /// One HTTPS request over a fresh connection: (status, body, leaf certificate DER).
-pub(crate) async fn https_post(
+/// A TLS connection to the test server at `addr`, trusting `ca_pem`.
+async fn tls_connect(
     addr: std::net::SocketAddr,
     ca_pem: &str,
-    path: &str,
-    body: &[u8],
-) -> (u16, String, Vec<u8>) {
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -830,7 +828,17 @@ pub(crate) async fn https_post(
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string()).unwrap();
-    let mut s = connector.connect(name, tcp).await.unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+pub(crate) async fn https_post(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tls_connect(addr, ca_pem).await;
     let leaf = s.get_ref().1.peer_certificates().unwrap()[0].to_vec();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -867,7 +875,11 @@ async fn tls_server_survives_bad_input_and_reloads_certificates() {
         listener,
         super::server::router(webhooks()),
         certs.clone(),
-        false,
+        super::server::ServeOptions {
+            header_read_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(1),
+            ..super::server::ServeOptions::new(false)
+        },
         async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         },
@@ -894,6 +906,37 @@ async fn tls_server_survives_bad_input_and_reloads_certificates() {
         let mut buf = Vec::new();
         let _ = plain.read_to_end(&mut buf).await;
         assert!(!String::from_utf8_lossy(&buf).contains("200 OK"));
+    }
+    // A client that stops in the middle of its headers is disconnected, and the server goes on.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut slow = tls_connect(addr, &ca).await;
+        slow.write_all(b"POST /validate--v1-pod HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut buf)).await;
+        assert!(
+            closed.is_ok(),
+            "a client with half-sent headers still holds its connection after 20 s"
+        );
+        // One that sends its headers but not all of its body gets 408.
+        let mut slow = tls_connect(addr, &ca).await;
+        slow.write_all(
+            b"POST /validate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\"",
+        )
+        .await
+        .unwrap();
+        let mut buf = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut buf)).await;
+        assert!(
+            closed.is_ok(),
+            "a client with a half-sent body still holds its connection after 20 s"
+        );
+        let text = String::from_utf8_lossy(&buf);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     }
     // Rotation: a new pair in the dir (same CA) is served to new connections.
     let sm = certs::SelfManaged::new(dir.clone(), vec!["127.0.0.1".into()], vec![]);
