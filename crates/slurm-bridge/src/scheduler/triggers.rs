@@ -94,14 +94,47 @@ fn follow_one<S: Slurm>(
             wake_siblings(ctx, pod, triggers);
         }
         Change::Relisted => {
-            let live: std::collections::HashSet<String> = ctx
-                .pods
-                .state()
+            let cached = ctx.pods.state();
+            let live: std::collections::HashSet<String> = cached
                 .iter()
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
             seen.retain(|uid, _| live.contains(uid));
+            // The watch was broken: a change may have been missed, or a pass may have run while
+            // the store lacked its pod. Every waiting pod gets a pass, whatever `seen` says.
+            to_send.extend(cached.into_iter().filter(|p| is_waiting(p)));
         }
+    }
+}
+
+/// A pod a scheduling pass may still act for: not bound, and not terminal (a pod deleted before
+/// binding included: its pass releases it).
+pub(super) fn is_waiting(pod: &Pod) -> bool {
+    !crate::k8s::is_bound(pod) && !crate::workload::kinds::is_terminal(pod)
+}
+
+/// The scheduler's safety net: every `interval` until `stop` reads true, a pass for every
+/// waiting pod ([`is_waiting`]), as the pod controller's resync does for bound pods. Changes are
+/// handled at once; this catches what a broken watch or a dropped request may have missed.
+pub(super) async fn resync_until<S: Slurm>(
+    ctx: Arc<Ctx<S>>,
+    triggers: Arc<Triggers>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let waiting: Vec<Arc<Pod>> = ctx
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| is_waiting(p))
+            .collect();
+        tracing::debug!(pods = waiting.len(), "scheduler resync");
+        triggers.send_all(&waiting);
     }
 }
 
