@@ -257,10 +257,11 @@ async fn delete_and_wait(env: &Env, case: &Case, jobs: &BTreeSet<u32>) -> Durati
 }
 
 /// Every workload kind, deleted through its owner with background and with foreground
-/// propagation.
+/// propagation. 28 nodes: each Slurm job here holds whole nodes, and the 10 workloads make 26
+/// pods, all running at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_any_workload_through_its_owner_ends_its_pods_and_jobs() {
-    let mut env = Env::start_with_workload_controllers(10).await;
+    let mut env = Env::start_with_workload_controllers(28).await;
     env.start_scheduler().await;
     let controllers = Controllers::start(&env, |_| {}).await;
     let kinds = ["LeaderWorkerSet", "JobSet", "Job", "Deployment", "PodGroup"];
