@@ -250,7 +250,11 @@ async fn delete_and_wait(env: &Env, case: &Case, jobs: &BTreeSet<u32>) -> Durati
                     p.finalizers()
                 ))
                 .collect::<Vec<_>>(),
-            if owner.is_some() { "still there" } else { "gone" },
+            if owner.is_some() {
+                "still there"
+            } else {
+                "gone"
+            },
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -10,7 +10,7 @@
 //! reach it only through the relist. The scheduler's own resync is set to 10 minutes so it
 //! cannot hide a lost pass. Real Slurm, the real control plane, the scheduler in-process.
 //!
-//! `RELIST_PODS=N` sets the number of pods (default 1,000; on 130 nodes of 8 CPUs).
+//! `RELIST_PODS=N` sets the number of pods (default 1,000; one node per pod).
 
 mod e2e;
 
@@ -31,7 +31,8 @@ async fn pods_created_while_the_watches_relist_are_all_bound() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let nodes = (n as u32).div_ceil(8) + 5;
+    // Each external job here holds a whole node: one node per pod.
+    let nodes = n as u32 + 5;
     let mut env = Env::start(nodes).await;
     let slurm = e2e::rest_client(&env.slurm);
     env.start_scheduler_opts(slurm, watch::channel(true).1, |o| {
@@ -39,7 +40,8 @@ async fn pods_created_while_the_watches_relist_are_all_bound() {
     })
     .await;
     // The watches work before the fault.
-    env.create_pod(e2e::pod("before", json!({}), json!({}))).await;
+    env.create_pod(e2e::pod("before", json!({}), json!({})))
+        .await;
     env.wait_bound(&["before".into()], Duration::from_secs(60))
         .await;
 
@@ -120,4 +122,3 @@ async fn pods_created_while_the_watches_relist_are_all_bound() {
     env.assert_consistent().await;
     env.assert_invariants().await;
 }
-

@@ -145,7 +145,7 @@ impl<S: Slurm> Lifecycle<S> {
             futures::future::ready(())
         });
         let resync = super::triggers::resync_until(
-            self.ctx.clone(),
+            self.ctx.pods.clone(),
             self.triggers.clone(),
             self.opts.resync,
             stop.clone(),

@@ -8,8 +8,8 @@
 
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
-use crate::workload::admin_comment::AdminComment;
 use crate::sync::{MutexExt, RwLockExt, Subscribers};
+use crate::workload::admin_comment::AdminComment;
 use futures::StreamExt;
 use slurm_rest::models::JobInfo;
 use std::collections::{HashMap, HashSet};
