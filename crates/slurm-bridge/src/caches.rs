@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 /// A change of a cached object, as subscribers see it (after the cache holds it).
 #[derive(Debug)]
 pub enum Change<K> {
-    /// Created or changed (also every object of a relist).
+    /// Created or changed (also every object of a relist, sent once the relist is complete).
     Applied(Arc<K>),
     /// Deleted.
     Deleted(Arc<K>),
@@ -48,15 +48,37 @@ impl<K> Clone for Change<K> {
 /// Subscribers of one kind of change.
 type Fanout<K> = Subscribers<Change<K>>;
 
-/// Tells `to`'s subscribers of a watcher event, as a [`Change`].
-fn send_event<K: Clone>(to: &Fanout<K>, event: &watcher::Event<K>) {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-            to.send(Change::Applied(Arc::new(o.clone())))
+/// Tells subscribers of a reflector's events, as [`Change`]s, once the store holds what they
+/// tell. kube-runtime's store takes the objects of a relist in only when the relist completes
+/// (`InitDone`), so the relist's objects are held back until then: a pass started by one of
+/// them earlier would not find its pod in the store (issue 21).
+struct Forwarder<K> {
+    relisted: Vec<Arc<K>>,
+}
+
+impl<K> Default for Forwarder<K> {
+    fn default() -> Self {
+        Forwarder {
+            relisted: Vec::new(),
         }
-        watcher::Event::Delete(o) => to.send(Change::Deleted(Arc::new(o.clone()))),
-        watcher::Event::InitDone => to.send(Change::Relisted),
-        watcher::Event::Init => {}
+    }
+}
+
+impl<K: Clone> Forwarder<K> {
+    /// Forwards `event` (seen after the store applied it) to `to`'s subscribers.
+    fn forward(&mut self, to: &Fanout<K>, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) => to.send(Change::Applied(Arc::new(o.clone()))),
+            watcher::Event::Delete(o) => to.send(Change::Deleted(Arc::new(o.clone()))),
+            watcher::Event::Init => self.relisted.clear(),
+            watcher::Event::InitApply(o) => self.relisted.push(Arc::new(o.clone())),
+            watcher::Event::InitDone => {
+                for o in self.relisted.drain(..) {
+                    to.send(Change::Applied(o));
+                }
+                to.send(Change::Relisted);
+            }
+        }
     }
 }
 
@@ -394,6 +416,7 @@ async fn reflect_nodes<S>(
 ) {
     let nodes_api: Api<Node> = Api::all(client);
     let mut fingerprints: HashMap<String, u64> = Default::default();
+    let mut forwarder = Forwarder::default();
     watcher(nodes_api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -421,7 +444,7 @@ async fn reflect_nodes<S>(
                     .fetch_add(1, Ordering::Relaxed);
             }
             if let Ok(event) = &event {
-                send_event(&caches.node_changes, event);
+                forwarder.forward(&caches.node_changes, event);
             }
             futures::future::ready(())
         })
@@ -437,13 +460,14 @@ async fn reflect_pods<S>(
 ) {
     let pods_api: Api<Pod> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
+    let mut forwarder = Forwarder::default();
     watcher(pods_api, cfg)
         .default_backoff()
         .modify(slim)
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => send_event(&caches.pod_changes, event),
+                Ok(event) => forwarder.forward(&caches.pod_changes, event),
                 Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
             }
             futures::future::ready(())
@@ -458,16 +482,67 @@ async fn reflect_slices<S>(
     caches: Arc<Caches<S>>,
 ) {
     let api: Api<ResourceSlice> = Api::all(client);
+    let mut forwarder = Forwarder::default();
     watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|s: &mut ResourceSlice| s.metadata.managed_fields = None)
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => send_event(&caches.slice_changes, event),
+                Ok(event) => forwarder.forward(&caches.slice_changes, event),
                 Err(e) => tracing::warn!(error = %e, "watching ResourceSlices failed; retrying"),
             }
             futures::future::ready(())
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::reflector::ObjectRef;
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": name},
+        }))
+        .unwrap()
+    }
+
+    /// Issue 21: a relist's objects reached subscribers before the store held them, so the pass
+    /// they started found no pod. Every change a subscriber sees must be in the store already.
+    #[test]
+    fn relisted_objects_are_told_only_once_the_store_holds_them() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let fanout: Fanout<Pod> = Fanout::default();
+        let mut rx = fanout.subscribe();
+        let mut forwarder = Forwarder::default();
+        let events = [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a")),
+            watcher::Event::InitApply(pod("b")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(pod("c")),
+        ];
+        let mut told = Vec::new();
+        for event in &events {
+            // As `reflect` does: the store first, then the event downstream.
+            writer.apply_watcher_event(event);
+            forwarder.forward(&fanout, event);
+            while let Ok(change) = rx.try_recv() {
+                if let Change::Applied(p) = &change {
+                    let name = p.metadata.name.clone().unwrap();
+                    assert!(
+                        store.get(&ObjectRef::new(&name).within("ns")).is_some(),
+                        "{name} was told before the store held it"
+                    );
+                    told.push(name);
+                } else {
+                    told.push("<relisted>".into());
+                }
+            }
+        }
+        assert_eq!(told, ["a", "b", "<relisted>", "c"]);
+    }
 }

@@ -23,6 +23,10 @@ pub struct SchedulerArgs {
     /// bindTimeoutSeconds).
     #[arg(long, default_value = "10m", value_parser = process::parse_duration)]
     pub volume_bind_timeout: std::time::Duration,
+    /// Interval of the scheduler's safety-net pass over every waiting pod (changes are handled
+    /// at once; this catches what a broken watch may have missed), e.g. 5m.
+    #[arg(long, default_value = "5m", value_parser = process::parse_duration)]
+    pub scheduler_resync: std::time::Duration,
 }
 
 impl SchedulerArgs {
@@ -33,6 +37,7 @@ impl SchedulerArgs {
         opts.concurrency = self.workers;
         opts.shutdown_grace = p.shutdown_grace;
         opts.volume_bind_timeout = self.volume_bind_timeout;
+        opts.resync = self.scheduler_resync;
     }
 }
 

@@ -144,11 +144,17 @@ impl<S: Slurm> Lifecycle<S> {
             }
             futures::future::ready(())
         });
+        let resync = super::triggers::resync_until(
+            self.ctx.pods.clone(),
+            self.triggers.clone(),
+            self.opts.resync,
+            stop.clone(),
+        );
         let sweep = sweep_until(self.ctx.clone(), self.opts.sweep_interval, stop);
         async move {
-            // The feed lives as long as the controller and the sweep.
+            // The feed lives as long as the controller, the sweep and the resync.
             tokio::select! {
-                _ = futures::future::join(controller, sweep) => {}
+                _ = futures::future::join3(controller, sweep, resync) => {}
                 _ = feed => {}
             }
         }

@@ -59,6 +59,8 @@ pub struct SchedulerOptions {
     pub concurrency: u16,
     /// Interval of the sweep that cancels jobs whose pods are gone.
     pub sweep_interval: Duration,
+    /// Interval of the safety-net pass over every waiting pod (changes are handled at once).
+    pub resync: Duration,
     /// On shutdown, how long in-flight reconciles may finish before they are aborted.
     pub shutdown_grace: Duration,
     /// How long an allocated pod may wait for its claims' binding ([`Ctx::volume_bind_timeout`]).
@@ -73,6 +75,7 @@ impl SchedulerOptions {
             node_poll_interval: Duration::from_secs(10),
             concurrency: 64,
             sweep_interval: Duration::from_secs(30),
+            resync: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
             volume_bind_timeout: context::DEFAULT_VOLUME_BIND_TIMEOUT,
         }

@@ -94,14 +94,42 @@ fn follow_one<S: Slurm>(
             wake_siblings(ctx, pod, triggers);
         }
         Change::Relisted => {
-            let live: std::collections::HashSet<String> = ctx
-                .pods
-                .state()
+            let cached = ctx.pods.state();
+            let live: std::collections::HashSet<String> = cached
                 .iter()
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
             seen.retain(|uid, _| live.contains(uid));
+            // The watch was broken: a change may have been missed, or a pass may have run while
+            // the store lacked its pod. Every waiting pod gets a pass, whatever `seen` says.
+            to_send.extend(cached.into_iter().filter(|p| is_waiting(p)));
         }
+    }
+}
+
+/// A pod a scheduling pass may still act for: not bound, and not terminal (a pod deleted before
+/// binding included: its pass releases it).
+pub(super) fn is_waiting(pod: &Pod) -> bool {
+    !crate::k8s::is_bound(pod) && !crate::workload::kinds::is_terminal(pod)
+}
+
+/// The scheduler's safety net: every `interval` until `stop` reads true, a pass for every
+/// waiting pod ([`is_waiting`]), as the pod controller's resync does for bound pods. Changes are
+/// handled at once; this catches what a broken watch or a dropped request may have missed.
+pub(super) async fn resync_until(
+    pods: kube::runtime::reflector::Store<Pod>,
+    triggers: Arc<Triggers>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let waiting: Vec<Arc<Pod>> = pods.state().into_iter().filter(|p| is_waiting(p)).collect();
+        tracing::debug!(pods = waiting.len(), "scheduler resync");
+        triggers.send_all(&waiting);
     }
 }
 
@@ -264,7 +292,57 @@ pub(super) async fn forward_job_events<S: Slurm>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
+    use kube::runtime::{reflector, watcher};
     use serde_json::json;
+
+    /// The resync hands out every waiting pod again and again, though no change came for it (a
+    /// pass lost to a broken watch is made up for), and never a bound or finished pod.
+    #[tokio::test]
+    async fn the_resync_passes_every_waiting_pod_without_a_change() {
+        let pod = |name: &str, node: Option<&str>, phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": name},
+                "spec": {"containers": [{"name": "c"}], "nodeName": node},
+                "status": {"phase": phase},
+            }))
+            .unwrap()
+        };
+        let (store, mut writer) = reflector::store::<Pod>();
+        for p in [
+            pod("waiting", None, "Pending"),
+            pod("bound", Some("node-1"), "Running"),
+            pod("done", None, "Failed"),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        let (tx, mut handed) = futures::channel::mpsc::unbounded();
+        let queue = PodQueue::new(store.clone(), 4, tx);
+        let triggers = Arc::new(Triggers::default());
+        triggers.open(queue.clone());
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let feed = tokio::spawn(queue.clone().feed());
+        let resync = tokio::spawn(resync_until(
+            store,
+            triggers,
+            Duration::from_millis(20),
+            stop,
+        ));
+        for round in 0..3 {
+            let got = tokio::time::timeout(Duration::from_secs(5), handed.next())
+                .await
+                .unwrap_or_else(|_| panic!("no pass in round {round}"))
+                .unwrap();
+            assert_eq!(got.name, "waiting", "round {round}");
+            queue.done(&got);
+        }
+        stop_tx.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), resync)
+            .await
+            .expect("the resync stops")
+            .unwrap();
+        feed.abort();
+    }
 
     #[test]
     fn condition_messages_alone_start_no_pass() {

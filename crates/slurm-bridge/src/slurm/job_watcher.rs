@@ -9,6 +9,7 @@
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
 use crate::sync::{MutexExt, RwLockExt, Subscribers};
+use crate::workload::admin_comment::AdminComment;
 use futures::StreamExt;
 use slurm_rest::models::JobInfo;
 use std::collections::{HashMap, HashSet};
@@ -144,6 +145,27 @@ impl<S: SlurmJobs> JobWatcher<S> {
         let generation = self.generation.load(Ordering::SeqCst);
         self.recorded.locked().insert(job.job_id, generation);
         self.index.write_locked().upsert(job);
+        *self.last_record.locked() = Some(std::time::Instant::now());
+        self.nudge.notify_one();
+    }
+
+    /// Records the new admin_comment of a job the caller read as `read` and has just updated.
+    /// Only the comment is the caller's news: the state and nodes stay as the index holds them
+    /// now, because a poll may have recorded an allocation since the caller read the job, and
+    /// writing `read` back would undo it. A job the index no longer holds (it ended and went
+    /// meanwhile) is not brought back.
+    pub fn record_update(&self, read: &WatchedJob, comment: AdminComment) {
+        {
+            let mut index = self.index.write_locked();
+            let Some(current) = index.get(read.job_id) else {
+                return;
+            };
+            if current.comment != comment {
+                let mut job = (*current).clone();
+                job.comment = comment;
+                index.upsert(job);
+            }
+        }
         *self.last_record.locked() = Some(std::time::Instant::now());
         self.nudge.notify_one();
     }

@@ -819,6 +819,45 @@ fn coscheduling_read_failures() {
     assert_eq!(run(&rd, "a").unwrap().group_key, "pod/ns/a");
 }
 
+/// Issue 21: a gang member being deleted (here held by another controller's finalizer) is no
+/// member: it neither completes the gang nor gets labelled (Kubernetes refuses a new finalizer
+/// on a pod being deleted, which failed every pass of the group).
+#[test]
+fn gang_members_being_deleted_do_not_count() {
+    let deleting = |name: &str| {
+        cos_pod(name, "ns", "cg", "").replace(
+            "  namespace: ns\n",
+            "  namespace: ns\n  deletionTimestamp: \"2026-12-01T00:00:00Z\"\n  finalizers: [example.com/keep]\n",
+        )
+    };
+    let yaml = cos_pod("a", "ns", "cg", "") + &deleting("b") + &cos_pg("{minMember: 2}", None);
+    let t = run(&reader(&yaml), "a").unwrap();
+    assert_eq!(t.ir.pod_names(), vec!["ns/a"]);
+    assert_eq!(
+        t.gang,
+        GangStatus::Incomplete {
+            ready: 1,
+            required: 2,
+            job_id: None
+        }
+    );
+    // Its replacement completes the gang without it.
+    let yaml = yaml + &cos_pod("c", "ns", "cg", "");
+    let t = run(&reader(&yaml), "a").unwrap();
+    assert_eq!(t.ir.pod_names(), vec!["ns/a", "ns/c"]);
+    assert_eq!(t.gang, GangStatus::Complete);
+    // The same for a LeaderWorkerSet group.
+    let yaml = lws_pod("a", "ns", "k1", "")
+        + &lws_pod("b", "ns", "k1", "").replace(
+            "  namespace: ns\n",
+            "  namespace: ns\n  deletionTimestamp: \"2026-12-01T00:00:00Z\"\n  finalizers: [example.com/keep]\n",
+        )
+        + &lws(2);
+    let t = run(&reader(&yaml), "a").unwrap();
+    assert_eq!(t.ir.pod_names(), vec!["ns/a"]);
+    assert!(matches!(t.gang, GangStatus::Incomplete { ready: 1, .. }));
+}
+
 // ---- LeaderWorkerSet ----------------------------------------------------------------------
 
 fn lws_pod(name: &str, ns: &str, group: &str, extra: &str) -> String {

@@ -36,6 +36,11 @@ pub fn message(job: &JobView, cause: Cause) -> String {
             crate::wellknown::LABEL_SLURM_JOBID
         ),
         JobView::Unknown(id) => format!("Slurm does not know job {id}, which held the pod's node"),
+        JobView::Known(j) if cause == Cause::GroupMemberDeleted => format!(
+            "another pod of the group of Slurm job {} was deleted: the group is removed, and the \
+             job ends once all its pods have stopped",
+            j.job_id
+        ),
         JobView::Known(j) if cause == Cause::NodeLost => format!(
             "the pod's node is gone or NotReady beyond the grace period; Slurm job {} is released",
             j.job_id

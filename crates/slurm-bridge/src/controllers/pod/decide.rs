@@ -8,9 +8,16 @@
 //! - A pod is *finished* once its containers have stopped: phase Succeeded or Failed, or deleted
 //!   with no container running, or on a node lost for longer than the grace period (no kubelet
 //!   will ever report it).
+//! - A finished pod never keeps its finalizer for its siblings' sake: the finalizer guards
+//!   running containers, and a finished pod has none. Holding it would deadlock Kubernetes'
+//!   garbage collector, which keeps a pod's dependents (a LeaderWorkerSet leader's worker
+//!   StatefulSet) while the pod exists.
 //! - The job ends with its pods: once no pod of the job is alive, an active job is cancelled,
-//!   once; then the finalizers of all its finished pods are released together. While the job is
-//!   active and another pod of it lives, a finished pod keeps its finalizer.
+//!   once; then the finalizers of all its finished pods are released.
+//! - A deleted member ends its group: a pod deleted before it succeeded breaks the gang the job
+//!   was allocated for, so once its containers have stopped the job's other live bound pods are
+//!   removed too (`GroupMemberDeleted`). The job is cancelled when the last of them has stopped
+//!   (never while containers run), and the owner's recreated pods make a new job.
 
 use crate::slurm::WatchedJob;
 use slurm_rest::models::JobState;
@@ -52,6 +59,8 @@ pub struct Member {
     pub bound: bool,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
+    /// Phase Succeeded: the pod did its part of the job.
+    pub succeeded: bool,
     /// deletionTimestamp set.
     pub deleting: bool,
     /// Some container (init or regular) is running.
@@ -67,6 +76,11 @@ impl Member {
     /// Its containers have stopped, or never will report (see the module doc).
     pub fn finished(&self) -> bool {
         self.terminal || (self.deleting && !self.containers_running) || self.node_lost
+    }
+
+    /// Deleted before it succeeded, and stopped: its group's gang is broken.
+    pub fn deleted_from_group(&self) -> bool {
+        self.deleting && !self.succeeded && self.finished()
     }
 }
 
@@ -85,6 +99,8 @@ pub enum Cause {
     NodeLost,
     PodsFinished,
     PodsDeleted,
+    /// Another pod of the job's group was deleted.
+    GroupMemberDeleted,
 }
 
 impl Cause {
@@ -102,6 +118,7 @@ impl Cause {
             Cause::NodeLost => "NodeLost",
             Cause::PodsFinished => "PodsFinished",
             Cause::PodsDeleted => "PodsDeleted",
+            Cause::GroupMemberDeleted => "SlurmGroupMemberDeleted",
         }
     }
 
@@ -120,6 +137,7 @@ impl Cause {
             Cause::NodeLost => "node_lost",
             Cause::PodsFinished => "pods_finished",
             Cause::PodsDeleted => "pods_deleted",
+            Cause::GroupMemberDeleted => "group_member_deleted",
         }
     }
 }
@@ -164,6 +182,12 @@ pub enum Plan {
         cancel: Option<(u32, Cause)>,
         pods: Vec<String>,
     },
+    /// The job still serves live pods: remove these (`GroupMemberDeleted`: a member of their
+    /// group was deleted), then release the finalizers of those (finished pods).
+    Disband {
+        remove: Vec<String>,
+        pods: Vec<String>,
+    },
 }
 
 /// The plan for pod `me`, one of `members` (the live and finished pods carrying its job id, `me`
@@ -188,8 +212,28 @@ pub fn decide(me: &Member, job: &JobView, members: &[Member]) -> Plan {
         .iter()
         .any(|m| m.key != me.key && !m.finished() && (m.bound || job.is_active()));
     if others_alive && job.is_active() {
-        // The job still serves a live pod; this one keeps its finalizer until the group is done.
-        return Plan::Keep;
+        // The job still serves a live pod: it stays, but this pod's finalizer (which guards only
+        // running containers) goes now. A deleted member breaks the gang: its live siblings go.
+        let pods: Vec<String> = if me.has_finalizer {
+            vec![me.key.clone()]
+        } else {
+            Vec::new()
+        };
+        let remove: Vec<String> = if me.deleted_from_group() {
+            members
+                .iter()
+                .filter(|m| m.key != me.key && m.bound && !m.finished() && !m.deleting)
+                .map(|m| m.key.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if pods.is_empty() && remove.is_empty() {
+            return Plan::Keep;
+        }
+        return Plan::Disband { remove, pods };
     }
     let cancel = match job {
         JobView::Known(j) if j.is_active() => Some((j.job_id, finished_cause(members, me))),
@@ -369,8 +413,11 @@ mod tests {
         let j = job(1, &[JobState::Running]);
         assert_eq!(
             decide(&a, &JobView::Known(&j), &[a.clone(), b.clone()]),
-            Plan::Keep,
-            "b still runs on the job"
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/a".into()]
+            },
+            "b still runs on the job, which stays; a's finalizer goes"
         );
         let b = done_pod("ns/b");
         let plan = decide(&a, &JobView::Known(&j), &[a.clone(), b]);
@@ -420,11 +467,26 @@ mod tests {
             ..running_pod("ns/b")
         };
         let j = job(1, &[JobState::Running]);
-        assert_eq!(decide(&a, &JobView::Known(&j), &[a.clone(), b]), Plan::Keep);
+        assert_eq!(
+            decide(&a, &JobView::Known(&j), &[a.clone(), b.clone()]),
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/a".into()]
+            },
+            "the job stays for b; a's own finalizer goes"
+        );
+        let released = Member {
+            has_finalizer: false,
+            ..a
+        };
+        assert_eq!(
+            decide(&released, &JobView::Known(&j), &[released.clone(), b]),
+            Plan::Keep
+        );
     }
 
     #[test]
-    fn a_finished_unbound_pod_of_a_pending_job_with_live_siblings_waits() {
+    fn a_finished_unbound_pod_of_a_pending_job_with_live_siblings_keeps_the_job() {
         // A gang member that failed before binding while the rest wait for the job.
         let a = Member {
             bound: false,
@@ -436,7 +498,130 @@ mod tests {
             ..running_pod("ns/b")
         };
         let j = job(1, &[JobState::Pending]);
+        assert_eq!(
+            decide(&a, &JobView::Known(&j), &[a.clone(), b]),
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/a".into()]
+            },
+            "no cancel: the scheduler sees to a pending gang"
+        );
+    }
+
+    /// A pod deleted while it ran, whose containers have stopped (phase Failed, as a kubelet
+    /// reports a killed pod): a LeaderWorkerSet leader after `kubectl delete leaderworkerset`.
+    fn deleted_pod(key: &str) -> Member {
+        Member {
+            deleting: true,
+            ..done_pod(key)
+        }
+    }
+
+    #[test]
+    fn a_deleted_member_never_holds_its_finalizer_for_its_siblings() {
+        // The deadlock of issue 21: the leader held its finalizer while the workers ran, and the
+        // garbage collector kept the workers while the leader existed.
+        let leader = deleted_pod("ns/lws-0");
+        let w1 = running_pod("ns/lws-0-1");
+        let w2 = running_pod("ns/lws-0-2");
+        let j = job(1, &[JobState::Running]);
+        let members = [leader.clone(), w1.clone(), w2.clone()];
+        assert_eq!(
+            decide(&leader, &JobView::Known(&j), &members),
+            Plan::Disband {
+                remove: vec!["ns/lws-0-1".into(), "ns/lws-0-2".into()],
+                pods: vec!["ns/lws-0".into()]
+            },
+            "the leader's finalizer goes at once and the broken gang is removed"
+        );
+        // Without a phase yet (deleted, containers stopped): the same.
+        let stopped = Member {
+            terminal: false,
+            ..leader.clone()
+        };
+        assert!(matches!(
+            decide(&stopped, &JobView::Known(&j), &[stopped.clone(), w1.clone()]),
+            Plan::Disband { remove, .. } if remove == ["ns/lws-0-1"]
+        ));
+        // A worker's own pass sees nothing to do while the leader is still listed.
+        assert_eq!(decide(&w1, &JobView::Known(&j), &members), Plan::Keep);
+    }
+
+    #[test]
+    fn a_deleted_member_whose_containers_run_waits_and_removes_nobody() {
+        let a = Member {
+            deleting: true,
+            ..running_pod("ns/a")
+        };
+        let b = running_pod("ns/b");
+        let j = job(1, &[JobState::Running]);
         assert_eq!(decide(&a, &JobView::Known(&j), &[a.clone(), b]), Plan::Keep);
+    }
+
+    #[test]
+    fn a_member_that_succeeded_before_its_deletion_leaves_the_group_running() {
+        let a = Member {
+            succeeded: true,
+            ..deleted_pod("ns/a")
+        };
+        let b = running_pod("ns/b");
+        let j = job(1, &[JobState::Running]);
+        assert_eq!(
+            decide(&a, &JobView::Known(&j), &[a.clone(), b]),
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/a".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn siblings_already_deleting_or_unbound_are_not_removed_again() {
+        let a = deleted_pod("ns/a");
+        let b = Member {
+            deleting: true,
+            ..running_pod("ns/b")
+        };
+        let c = Member {
+            bound: false,
+            containers_running: false,
+            ..running_pod("ns/c")
+        };
+        let j = job(1, &[JobState::Running]);
+        assert_eq!(
+            decide(&a, &JobView::Known(&j), &[a.clone(), b, c]),
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/a".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_disbanded_group_cancels_its_job_when_the_last_pod_stops() {
+        // The removed workers stop; the leader is gone already.
+        let w1 = deleted_pod("ns/lws-0-1");
+        let w2 = Member {
+            deleting: true,
+            ..running_pod("ns/lws-0-2")
+        };
+        let j = job(1, &[JobState::Running]);
+        assert_eq!(
+            decide(&w1, &JobView::Known(&j), &[w1.clone(), w2.clone()]),
+            Plan::Disband {
+                remove: vec![],
+                pods: vec!["ns/lws-0-1".into()]
+            },
+            "w2's containers still run: the job is not cancelled under them"
+        );
+        let w2 = deleted_pod("ns/lws-0-2");
+        assert_eq!(
+            decide(&w2, &JobView::Known(&j), std::slice::from_ref(&w2)),
+            Plan::Release {
+                cancel: Some((1, Cause::PodsDeleted)),
+                pods: vec!["ns/lws-0-2".into()]
+            }
+        );
     }
 
     #[test]

@@ -137,6 +137,7 @@ impl<S: Slurm> PodCtx<S> {
             key: pod_key(pod),
             bound: node.is_some(),
             terminal: is_terminal(pod),
+            succeeded: status.and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             containers_running,
             node_lost: loss == Some(Duration::ZERO),
@@ -233,16 +234,16 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
             if let Some((job_id, cause)) = cancel {
                 actions::cancel(ctx, job_id, cause).await?;
             }
-            for key in pods {
-                let found = siblings
-                    .iter()
-                    .find(|p| pod_key(p) == key)
-                    .map(|p| &**p)
-                    .or((key == me.key).then_some(pod));
-                if let Some(p) = found {
-                    actions::release(ctx, p).await?;
+            release_all(ctx, pod, &me.key, &siblings, &pods).await?;
+        }
+        Plan::Disband { remove, pods } => {
+            for key in &remove {
+                if let Some(p) = find(pod, &me.key, &siblings, key) {
+                    tracing::info!(pod = %key, deleted = %me.key, job_id = ?view.job_id(), "a pod of the group was deleted: removing its sibling");
+                    actions::remove(ctx, p, &view, decide::Cause::GroupMemberDeleted).await?;
                 }
             }
+            release_all(ctx, pod, &me.key, &siblings, &pods).await?;
         }
     }
     // A node within its grace: look again when the grace is over.
@@ -250,6 +251,31 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         Some(d) => Action::requeue(d + Duration::from_millis(100)),
         None => Action::await_change(),
     })
+}
+
+/// The pod named `key`: the reconciled one or one of its siblings.
+fn find<'a>(pod: &'a Pod, me: &str, siblings: &'a [Arc<Pod>], key: &str) -> Option<&'a Pod> {
+    siblings
+        .iter()
+        .find(|p| pod_key(p) == key)
+        .map(|p| &**p)
+        .or((key == me).then_some(pod))
+}
+
+/// Releases the finalizers of `keys` (the reconciled pod or its siblings).
+async fn release_all<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+    me: &str,
+    siblings: &[Arc<Pod>],
+    keys: &[String],
+) -> Result<(), PodError> {
+    for key in keys {
+        if let Some(p) = find(pod, me, siblings, key) {
+            actions::release(ctx, p).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Backoff per pod.

@@ -56,9 +56,10 @@ pub(super) async fn pending<S: Slurm>(
             Ok(()) => {
                 ctx.rejections().clear(&tr.group_key);
                 ctx.sent.locked().insert(job.job_id, hash);
-                let mut updated = job.clone();
-                updated.comment = admin_comment(&tr.ir, &tr.group_key);
-                ctx.watcher.record(updated);
+                // Only the comment is news: `job` was read at the start of the pass, and a
+                // poll may have recorded its allocation since.
+                ctx.watcher
+                    .record_update(job, admin_comment(&tr.ir, &tr.group_key));
                 tracing::info!(job_id = job.job_id, group = %tr.group_key, "updated pending external job");
             }
             Err(e) if e.kind() == ErrorKind::JobNotPending => {

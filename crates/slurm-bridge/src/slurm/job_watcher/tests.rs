@@ -214,3 +214,44 @@ async fn new_bridge_jobs_found_by_polling_are_indexed() {
     w.poll_once().await.unwrap();
     assert_eq!(w.index().active_for_pod("ns/c")[0].job_id, 3);
 }
+
+/// Issue 21: a pass that updated a pending job wrote the job it had read at its start back into
+/// the index, undoing an allocation a poll had recorded meanwhile.
+#[tokio::test]
+async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
+    let table = Arc::new(Table::default());
+    table
+        .jobs
+        .lock()
+        .unwrap()
+        .push(info(1, JobState::Pending, &bridge_comment("g", "ns/a"), ""));
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    w.initial_sync().await.unwrap();
+    // The pass reads the pending job...
+    let read = w.index().get(1).unwrap();
+    assert!(read.is_pending());
+    // ...Slurm allocates, and a poll records it...
+    table.jobs.lock().unwrap()[0] =
+        info(1, JobState::Running, &bridge_comment("g", "ns/a"), "node-1");
+    w.poll_once().await.unwrap();
+    assert_eq!(w.index().get(1).unwrap().allocated_nodes(), Some("node-1"));
+    // ...then the pass records its update (a new pod list).
+    let comment = AdminComment {
+        pods: vec!["ns/a".into(), "ns/b".into()],
+        group: Some("g".into()),
+        uids: vec![],
+    };
+    w.record_update(&read, comment.clone());
+    let now = w.index().get(1).unwrap();
+    assert_eq!(
+        now.allocated_nodes(),
+        Some("node-1"),
+        "the allocation stays: {now:?}"
+    );
+    assert_eq!(now.comment, comment, "the update is recorded");
+    // A job gone meanwhile is not brought back.
+    table.jobs.lock().unwrap().clear();
+    w.poll_once().await.unwrap();
+    w.record_update(&read, AdminComment::default());
+    assert!(w.index().get(1).is_none());
+}

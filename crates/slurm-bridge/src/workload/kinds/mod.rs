@@ -45,12 +45,14 @@ pub fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// The group's pods: listed pods that are not terminal, plus the translated pod itself
-/// (even if the listing has not seen it yet), sorted by `ns/name`, without duplicates.
+/// The group's pods: listed pods that are neither terminal nor being deleted, plus the
+/// translated pod itself (even if the listing has not seen it yet), sorted by `ns/name`, without
+/// duplicates. A pod being deleted is no member: it cannot complete a gang, and it cannot be
+/// labelled (Kubernetes refuses a new finalizer on it).
 pub fn group_pods(listed: Vec<Pod>, current: &Pod) -> Vec<Pod> {
     let mut by_key: BTreeMap<String, Pod> = listed
         .into_iter()
-        .filter(|p| !is_terminal(p))
+        .filter(|p| !is_terminal(p) && p.metadata.deletion_timestamp.is_none())
         .map(|p| (pod_key(&p), p))
         .collect();
     by_key
