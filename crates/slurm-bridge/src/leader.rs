@@ -261,10 +261,12 @@ pub fn leads(manager_holds: bool, deadline: Option<Instant>, now: Instant) -> bo
     manager_holds && deadline.is_some_and(|d| now < d)
 }
 
-/// Labels of the fenced-write counter: `kubernetes` or `slurm`.
+/// Labels of the write counter: `target` (`kubernetes` or `slurm`) and `outcome` (`sent`:
+/// passed the fence, `fenced`: refused, never sent).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FenceLabels {
     pub target: &'static str,
+    pub outcome: &'static str,
 }
 
 /// A write refused by the [`Fence`]: it was never sent.
@@ -284,7 +286,7 @@ pub struct Fenced {
 #[derive(Clone, Debug)]
 pub struct Fence {
     state: Arc<Mutex<FenceState>>,
-    refused: Family<FenceLabels, Counter>,
+    writes: Family<FenceLabels, Counter>,
 }
 
 #[derive(Debug)]
@@ -309,7 +311,7 @@ impl Fence {
     fn with(state: FenceState) -> Fence {
         Fence {
             state: Arc::new(Mutex::new(state)),
-            refused: Family::default(),
+            writes: Family::default(),
         }
     }
 
@@ -336,12 +338,16 @@ impl Fence {
     }
 
     /// Call right before sending a write to `target` (`kubernetes` or `slurm`): `Ok` while the
-    /// fence is open; else the refusal, counted and logged.
+    /// fence is open; else the refusal, logged. Both are counted.
     pub fn check(&self, target: &'static str) -> Result<(), Fenced> {
-        if self.is_open_at(Instant::now()) {
+        let open = self.is_open_at(Instant::now());
+        let outcome = if open { "sent" } else { "fenced" };
+        self.writes
+            .get_or_create(&FenceLabels { target, outcome })
+            .inc();
+        if open {
             return Ok(());
         }
-        self.refused.get_or_create(&FenceLabels { target }).inc();
         tracing::warn!(
             target_system = target,
             "write not sent: this replica no longer holds the leader Lease"
@@ -349,17 +355,28 @@ impl Fence {
         Err(Fenced { target })
     }
 
-    /// Writes refused so far to `target`.
+    /// Writes to `target` refused so far.
     pub fn refused(&self, target: &'static str) -> u64 {
-        self.refused.get_or_create(&FenceLabels { target }).get()
+        self.count(target, "fenced")
     }
 
-    /// Registers `slurm_bridge_fenced_writes_total{target}` in `registry`.
+    /// Writes to `target` that passed the fence so far.
+    pub fn sent(&self, target: &'static str) -> u64 {
+        self.count(target, "sent")
+    }
+
+    fn count(&self, target: &'static str, outcome: &'static str) -> u64 {
+        self.writes
+            .get_or_create(&FenceLabels { target, outcome })
+            .get()
+    }
+
+    /// Registers `slurm_bridge_leader_writes_total{target,outcome}` in `registry`.
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.sub_registry_with_prefix("slurm_bridge").register(
-            "fenced_writes",
-            "Writes not sent because this replica no longer held the leader Lease",
-            self.refused.clone(),
+            "leader_writes",
+            "Writes of the scheduler and the controllers: sent (the leader fence was open) or fenced (not sent: the leader Lease was lost)",
+            self.writes.clone(),
         );
     }
 }
@@ -502,7 +519,9 @@ mod tests {
         assert!(e.to_string().contains("leader Lease"), "{e}");
         assert_eq!(f.refused("slurm"), 1);
         assert_eq!(f.refused("kubernetes"), 0);
+        assert_eq!(f.sent("slurm"), 0);
         f.set(Some(Instant::now() + Duration::from_secs(60)));
         assert!(f.check("kubernetes").is_ok());
+        assert_eq!(f.sent("kubernetes"), 1);
     }
 }
