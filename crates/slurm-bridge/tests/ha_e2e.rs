@@ -80,7 +80,6 @@ fn spawn(
     lease: &str,
     extra: &[String],
 ) -> Replica {
-    let probe: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let log = dir.join(format!("{identity}.log"));
     let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
         .arg(subcommand)
@@ -93,7 +92,7 @@ fn spawn(
             "--leader-elect-name",
             lease,
             "--health-probe-bind-address",
-            &probe.to_string(),
+            "127.0.0.1:0",
             "--slurm-poll-interval",
             "200ms",
         ])
@@ -107,6 +106,22 @@ fn spawn(
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("start slurm-bridge");
+    // The probe port the process bound, as it logs it (a port picked here could be taken).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let probe = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(addr) = text
+            .lines()
+            .find(|l| l.contains("serving /healthz, /readyz and /metrics"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+        {
+            break addr;
+        }
+        assert!(Instant::now() < deadline, "{identity} serves no probes; log:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     Replica {
         identity: identity.into(),
         child,
@@ -180,6 +195,11 @@ async fn writes(r: &Replica) -> Writes {
         .await
         .unwrap_or_else(|| panic!("metrics of {}", r.identity));
     let m = "slurm_bridge_leader_writes_total";
+    if std::env::var("HA_DEBUG").is_ok() {
+        for l in text.lines().filter(|l| l.contains("leader")) {
+            eprintln!("{}: {l}", r.identity);
+        }
+    }
     Writes {
         kube_sent: sample(&text, m, &[("target", "kubernetes"), ("outcome", "sent")]),
         slurm_sent: sample(&text, m, &[("target", "slurm"), ("outcome", "sent")]),
@@ -246,14 +266,15 @@ async fn quiet_writes(replicas: &[&Replica]) -> Vec<Writes> {
     }
 }
 
-/// Pods (`ns/name`) in live (pending or running) bridge jobs, each with the jobs listing it.
-async fn pods_in_live_jobs(env: &Env) -> BTreeMap<String, BTreeSet<u32>> {
+/// Pods (`ns/name`) in bridge jobs (live ones only: pending or running), each with the jobs
+/// listing it.
+async fn pods_in_jobs(env: &Env, live_only: bool) -> BTreeMap<String, BTreeSet<u32>> {
     let live: BTreeSet<u32> = env.active_job_ids().into_iter().collect();
     let mut by_pod: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     let Ok(jobs) = env.rest.list_jobs().await else {
         return by_pod;
     };
-    for j in jobs.iter().filter(|j| live.contains(&j.job_id)) {
+    for j in jobs.iter().filter(|j| !live_only || live.contains(&j.job_id)) {
         let Ok(c) = AdminComment::decode(j.admin_comment.as_deref().unwrap_or("")) else {
             continue;
         };
@@ -266,8 +287,16 @@ async fn pods_in_live_jobs(env: &Env) -> BTreeMap<String, BTreeSet<u32>> {
 
 /// No pod is in two live Slurm jobs.
 async fn assert_no_duplicate_job(env: &Env) {
-    for (p, jobs) in pods_in_live_jobs(env).await {
+    for (p, jobs) in pods_in_jobs(env, true).await {
         assert!(jobs.len() <= 1, "pod {p} is in {} live jobs: {jobs:?}", jobs.len());
+    }
+}
+
+/// No pod was ever submitted twice: each is in at most one Slurm job of any state (the tests
+/// never reuse a pod name).
+async fn assert_one_job_per_pod_ever(env: &Env) {
+    for (p, jobs) in pods_in_jobs(env, false).await {
+        assert!(jobs.len() <= 1, "pod {p} was submitted {} times: {jobs:?}", jobs.len());
     }
 }
 
@@ -320,6 +349,10 @@ async fn pause_leaders_past_their_leases(
         .await;
     // The leaders are done with `before` once their write counters stand still.
     let before = quiet_writes(leaders).await;
+    assert!(
+        before.iter().map(|w| w.kube_sent).sum::<f64>() > 0.0,
+        "the leaders' counters show no write for the bound pod: {before:?}"
+    );
     let paused_at = SystemTime::now();
     for r in leaders {
         signal(r, "-STOP");
@@ -389,8 +422,7 @@ async fn pause_leaders_past_their_leases(
             .collect();
         assert!(late.is_empty(), "{} wrote Events after its pause: {late:?}", r.identity);
     }
-    assert_no_duplicate_job(env).await;
-    env.assert_consistent().await;
+    assert_one_job_per_pod_ever(env).await;
     env.assert_invariants().await;
 }
 
@@ -559,8 +591,7 @@ async fn killing_the_leader_again_and_again_never_duplicates_a_job() {
         assert!(Instant::now() < deadline, "pods never bound: {unbound:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_no_duplicate_job(&env).await;
-    env.assert_consistent().await;
+    assert_one_job_per_pod_ever(&env).await;
     let settle = Instant::now() + Duration::from_secs(60);
     loop {
         // Finished pods lose their finalizer once the leader's pod controller sees them.
@@ -810,4 +841,125 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     }
     env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Real Slurm behind the fence, with each submit held at a gate before it reaches the fence:
+/// the order of a process whose pass was paused between its decision and its write.
+struct HeldThenFenced {
+    inner: slurm_bridge::slurm::Fenced<slurm_rest::Client>,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+    entered: tokio::sync::watch::Sender<usize>,
+}
+
+impl slurm_bridge::slurm::JobControl for HeldThenFenced {
+    async fn submit(&self, desc: &slurm_rest::models::JobDescMsg) -> Result<u32, slurm_rest::Error> {
+        self.entered.send_modify(|n| *n += 1);
+        self.gate.acquire().await.expect("open gate").forget();
+        self.inner.submit(desc).await
+    }
+    async fn update(
+        &self,
+        id: u32,
+        desc: &slurm_rest::models::JobDescMsg,
+    ) -> Result<(), slurm_rest::Error> {
+        self.inner.update(id, desc).await
+    }
+    async fn cancel(&self, id: u32) -> Result<(), slurm_rest::Error> {
+        self.inner.cancel(id).await
+    }
+}
+
+impl SlurmJobs for HeldThenFenced {
+    async fn list_jobs(&self) -> Result<Vec<slurm_rest::models::JobInfo>, slurm_rest::Error> {
+        self.inner.list_jobs().await
+    }
+    async fn job_states(
+        &self,
+    ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
+        self.inner.job_states().await
+    }
+    async fn job(&self, id: u32) -> Result<Option<slurm_rest::models::JobInfo>, slurm_rest::Error> {
+        self.inner.job(id).await
+    }
+}
+
+impl slurm_bridge::slurm::SlurmNodes for HeldThenFenced {
+    async fn list_nodes(&self) -> Result<Vec<slurm_rest::models::Node>, slurm_rest::Error> {
+        self.inner.list_nodes().await
+    }
+}
+
+/// The fence itself, deterministically: the scheduler still believes it leads (its leadership
+/// signal stays true, as in a resumed process whose tasks run before the Lease watch), a pass is
+/// held right before its submit, and the fence's deadline passes meanwhile. Nothing reaches
+/// Slurm or the API server (the submit and every later write of the retried passes are
+/// refused); once the fence opens again the pod is bound with one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_decided_before_the_deadline_is_not_sent_after_it() {
+    let mut env = Env::start(1).await;
+    let fence = slurm_bridge::leader::Fence::closed();
+    fence.set(Some(Instant::now() + Duration::from_secs(3600)));
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let (entered, _) = tokio::sync::watch::channel(0usize);
+    let slurm = HeldThenFenced {
+        inner: slurm_bridge::slurm::Fenced::new(e2e::rest_client(&env.slurm), fence.clone()),
+        gate: gate.clone(),
+        entered: entered.clone(),
+    };
+    let client = slurm_bridge::k8s::fenced::client(&env.kube, fence.clone());
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let handle = slurm_bridge::scheduler::run(
+        client,
+        slurm,
+        e2e::scheduler_options(&env.slurm),
+        &mut registry,
+        tokio::sync::watch::channel(true).1,
+        tokio::sync::watch::channel(false).0,
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    )
+    .await;
+    env.adopt_scheduler(handle, stop_tx).await;
+
+    let created = env.create_pod(pod("stale", json!({}), json!({}))).await;
+    let mut seen = entered.subscribe();
+    tokio::time::timeout(Duration::from_secs(60), seen.wait_for(|n| *n >= 1))
+        .await
+        .expect("a pass reaches its submit")
+        .unwrap();
+    // The deadline passes while the pass is held; then every submit may go on to the fence.
+    fence.set(Some(Instant::now()));
+    gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fence.refused("slurm") < 1 {
+        assert!(Instant::now() < deadline, "the held submit never reached the fence");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Watched for 3 s while the pass is retried: no job, no write to the pod, no Event.
+    let watch_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < watch_until {
+        assert!(env.slurm_job_ids().is_empty(), "a job was submitted past the deadline");
+        let p = env.pods().get("stale").await.unwrap();
+        assert_eq!(
+            p.metadata.resource_version, created.metadata.resource_version,
+            "the pod was written past the deadline"
+        );
+        assert!(env.event_reasons("stale").await.is_empty(), "an Event past the deadline");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(fence.sent("slurm"), 0);
+    println!(
+        "refused: {} Slurm and {} Kubernetes writes",
+        fence.refused("slurm"),
+        fence.refused("kubernetes")
+    );
+
+    // Leading again (a newer renewal seen): the pod is scheduled, with one job.
+    fence.set(Some(Instant::now() + Duration::from_secs(3600)));
+    env.wait_bound(&["stale".into()], Duration::from_secs(90))
+        .await;
+    assert_eq!(env.slurm_job_ids().len(), 1);
+    env.assert_consistent().await;
 }
