@@ -951,7 +951,8 @@ fn rbac_check_catches_excess_grants() {
                 let i = d
                     .iter()
                     .position(|d| {
-                        d["kind"] == "Role" && d["metadata"]["name"] == format!("{PREFIX}-admission-ca")
+                        d["kind"] == "Role"
+                            && d["metadata"]["name"] == format!("{PREFIX}-admission-ca")
                     })
                     .unwrap();
                 for r in d[i]["rules"].as_array_mut().unwrap().iter_mut() {

@@ -135,7 +135,15 @@ pub async fn elect(
     let identity = identity.to_string();
     let follow_fence = fence.clone();
     let elector = tokio::spawn(async move {
-        follow(held, lease_events, &identity, &tx, &follow_fence, release_rx).await;
+        follow(
+            held,
+            lease_events,
+            &identity,
+            &tx,
+            &follow_fence,
+            release_rx,
+        )
+        .await;
         follow_fence.close();
         tx.send_replace(false);
         // Nothing reads the manager's channel any more: it releases the Lease (if held) and ends.
@@ -502,14 +510,21 @@ mod tests {
         f.set(Some(m + Duration::from_secs(12)));
         let table = [(0, true), (11, true), (12, false), (100, false)];
         for (after, open) in table {
-            assert_eq!(f.is_open_at(m + Duration::from_secs(after)), open, "{after} s");
+            assert_eq!(
+                f.is_open_at(m + Duration::from_secs(after)),
+                open,
+                "{after} s"
+            );
         }
         f.close();
         assert!(!f.is_open_at(m));
         assert!(Fence::open().is_open_at(m + Duration::from_secs(1_000_000)));
         let always = Fence::open();
         always.close();
-        assert!(always.is_open_at(m), "without leader election it never closes");
+        assert!(
+            always.is_open_at(m),
+            "without leader election it never closes"
+        );
     }
 
     #[test]

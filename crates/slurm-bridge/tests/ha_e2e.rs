@@ -70,6 +70,14 @@ fn write_config(env: &Env, dir: &Path, extra: &str) -> PathBuf {
     config
 }
 
+/// The `slurm-bridge` binary: cargo's, or `SLURM_BRIDGE_BIN` (a copy kept apart, when other
+/// builds share the target directory and may replace cargo's meanwhile).
+fn bridge_binary() -> PathBuf {
+    std::env::var_os("SLURM_BRIDGE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_slurm-bridge")))
+}
+
 /// Starts `slurm-bridge <subcommand>` as `identity` (POD_NAME), competing for `lease`.
 fn spawn(
     env: &Env,
@@ -81,7 +89,7 @@ fn spawn(
     extra: &[String],
 ) -> Replica {
     let log = dir.join(format!("{identity}.log"));
-    let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+    let child = Command::new(bridge_binary())
         .arg(subcommand)
         .arg("--config")
         .arg(config)
@@ -119,7 +127,10 @@ fn spawn(
         {
             break addr;
         }
-        assert!(Instant::now() < deadline, "{identity} serves no probes; log:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "{identity} serves no probes; log:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     Replica {
@@ -168,11 +179,7 @@ async fn scrape(addr: SocketAddr) -> Option<String> {
 fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.split(['{', ' '])
-                .next()
-                .is_some_and(|n| n == name)
-        })
+        .filter(|l| l.split(['{', ' ']).next().is_some_and(|n| n == name))
         .filter(|l| {
             labels
                 .iter()
@@ -261,7 +268,10 @@ async fn quiet_writes(replicas: &[&Replica]) -> Vec<Writes> {
         } else if still_since.elapsed() >= Duration::from_secs(1) {
             return last;
         }
-        assert!(Instant::now() < deadline, "the leaders never stopped writing");
+        assert!(
+            Instant::now() < deadline,
+            "the leaders never stopped writing"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -274,7 +284,10 @@ async fn pods_in_jobs(env: &Env, live_only: bool) -> BTreeMap<String, BTreeSet<u
     let Ok(jobs) = env.rest.list_jobs().await else {
         return by_pod;
     };
-    for j in jobs.iter().filter(|j| !live_only || live.contains(&j.job_id)) {
+    for j in jobs
+        .iter()
+        .filter(|j| !live_only || live.contains(&j.job_id))
+    {
         let Ok(c) = AdminComment::decode(j.admin_comment.as_deref().unwrap_or("")) else {
             continue;
         };
@@ -288,7 +301,11 @@ async fn pods_in_jobs(env: &Env, live_only: bool) -> BTreeMap<String, BTreeSet<u
 /// No pod is in two live Slurm jobs.
 async fn assert_no_duplicate_job(env: &Env) {
     for (p, jobs) in pods_in_jobs(env, true).await {
-        assert!(jobs.len() <= 1, "pod {p} is in {} live jobs: {jobs:?}", jobs.len());
+        assert!(
+            jobs.len() <= 1,
+            "pod {p} is in {} live jobs: {jobs:?}",
+            jobs.len()
+        );
     }
 }
 
@@ -296,7 +313,11 @@ async fn assert_no_duplicate_job(env: &Env) {
 /// never reuse a pod name).
 async fn assert_one_job_per_pod_ever(env: &Env) {
     for (p, jobs) in pods_in_jobs(env, false).await {
-        assert!(jobs.len() <= 1, "pod {p} was submitted {} times: {jobs:?}", jobs.len());
+        assert!(
+            jobs.len() <= 1,
+            "pod {p} was submitted {} times: {jobs:?}",
+            jobs.len()
+        );
     }
 }
 
@@ -360,7 +381,9 @@ async fn pause_leaders_past_their_leases(
     let pods = env.pods();
     // What the old leaders would act on if they believed they still led.
     env.create_pod(pod("during", json!({}), json!({}))).await;
-    pods.delete("before", &DeleteParams::default()).await.unwrap();
+    pods.delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
     for (lease, r) in leases.iter().zip(standbys) {
         wait_holder(env, lease, &r.identity, Duration::from_secs(90)).await;
     }
@@ -368,7 +391,10 @@ async fn pause_leaders_past_their_leases(
         .await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while pods.get_opt("before").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "the deleted pod was not released");
+        assert!(
+            Instant::now() < deadline,
+            "the deleted pod was not released"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The standbys lead; the old leaders resume and find their Leases gone.
@@ -420,7 +446,11 @@ async fn pause_leaders_past_their_leases(
             .into_iter()
             .filter(|t| *t > paused_at)
             .collect();
-        assert!(late.is_empty(), "{} wrote Events after its pause: {late:?}", r.identity);
+        assert!(
+            late.is_empty(),
+            "{} wrote Events after its pause: {late:?}",
+            r.identity
+        );
     }
     assert_one_job_per_pod_ever(env).await;
     env.assert_invariants().await;
@@ -437,7 +467,12 @@ async fn a_run_leader_paused_past_its_lease_sends_nothing_after_it_resumes() {
     pause_leaders_past_their_leases(&env, &["ha-run"], &[&a], &[&b]).await;
     for r in [&mut a, &mut b] {
         let status = e2e::terminate(&mut r.child).await;
-        assert!(status.success(), "{}: {status:?}; log:\n{}", r.identity, log_of(r));
+        assert!(
+            status.success(),
+            "{}: {status:?}; log:\n{}",
+            r.identity,
+            log_of(r)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -457,7 +492,12 @@ async fn split_mode_leaders_paused_past_their_leases_send_nothing_after_they_res
     pause_leaders_past_their_leases(&env, &[ls, lc], &[&sa, &ca], &[&sb, &cb]).await;
     for r in [&mut sa, &mut ca, &mut sb, &mut cb] {
         let status = e2e::terminate(&mut r.child).await;
-        assert!(status.success(), "{}: {status:?}; log:\n{}", r.identity, log_of(r));
+        assert!(
+            status.success(),
+            "{}: {status:?}; log:\n{}",
+            r.identity,
+            log_of(r)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -555,7 +595,10 @@ async fn killing_the_leader_again_and_again_never_duplicates_a_job() {
         let took = wait_holder(&env, lease, &survivor, Duration::from_secs(90)).await;
         let deadline = Instant::now() + Duration::from_secs(90);
         while bound_count(env.clone()).await <= bound_before {
-            assert!(Instant::now() < deadline, "nothing bound after failover {k}");
+            assert!(
+                Instant::now() < deadline,
+                "nothing bound after failover {k}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         to_lease.push(took - killed);
@@ -625,7 +668,12 @@ async fn killing_the_leader_again_and_again_never_duplicates_a_job() {
     );
     for r in &mut replicas {
         let status = e2e::terminate(&mut r.child).await;
-        assert!(status.success(), "{}: {status:?}; log:\n{}", r.identity, log_of(r));
+        assert!(
+            status.success(),
+            "{}: {status:?}; log:\n{}",
+            r.identity,
+            log_of(r)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -635,7 +683,9 @@ async fn served_leaf(addr: SocketAddr, ca_pem: &str) -> Result<Vec<u8>, String> 
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
     let cfg = rustls::ClientConfig::builder_with_provider(slurm_bridge::admission::tls::provider())
         .with_safe_default_protocol_versions()
@@ -665,9 +715,10 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     let env = Env::start(2).await;
     let client = env.kube.clone();
     let managed = "hpc";
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": managed}}))
-            .unwrap();
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": managed}}),
+    )
+    .unwrap();
     Api::all(client.clone())
         .create(&Default::default(), &ns)
         .await
@@ -739,8 +790,24 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     };
     // Both start at once: they race to create the Secret; one wins, the other takes its CA.
     let mut replicas = vec![
-        spawn(&env, &dir, &config, "run", "adm-a", "ha-adm", &webhook_args(0)),
-        spawn(&env, &dir, &config, "run", "adm-b", "ha-adm", &webhook_args(1)),
+        spawn(
+            &env,
+            &dir,
+            &config,
+            "run",
+            "adm-a",
+            "ha-adm",
+            &webhook_args(0),
+        ),
+        spawn(
+            &env,
+            &dir,
+            &config,
+            "run",
+            "adm-b",
+            "ha-adm",
+            &webhook_args(1),
+        ),
     ];
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -793,7 +860,11 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
                     .map(|w| w.client_config.ca_bundle.map(|b| b.0)),
             )
             .collect();
-        if bundles.len() == 4 && bundles.iter().all(|b| b.as_deref() == Some(ca_pem.as_bytes())) {
+        if bundles.len() == 4
+            && bundles
+                .iter()
+                .all(|b| b.as_deref() == Some(ca_pem.as_bytes()))
+        {
             break;
         }
         assert!(Instant::now() < deadline, "caBundles not all the shared CA");
@@ -820,7 +891,10 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
             }
         };
         assert_eq!(
-            created.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
+            created
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.as_deref()),
             Some(e2e::SCHEDULER),
             "mutated by the webhooks"
         );
@@ -828,7 +902,11 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     for r in &replicas {
         let text = scrape(r.probe).await.expect("metrics");
         let served = sample(&text, "slurm_bridge_admission_requests_total", &[]);
-        assert!(served >= 6.0, "{} answered {served} admission requests", r.identity);
+        assert!(
+            served >= 6.0,
+            "{} answered {served} admission requests",
+            r.identity
+        );
     }
     // Each replica's cert dir holds the shared CA: one CA, whichever replica made it.
     for i in 0..2 {
@@ -837,7 +915,12 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     }
     for r in &mut replicas {
         let status = e2e::terminate(&mut r.child).await;
-        assert!(status.success(), "{}: {status:?}; log:\n{}", r.identity, log_of(r));
+        assert!(
+            status.success(),
+            "{}: {status:?}; log:\n{}",
+            r.identity,
+            log_of(r)
+        );
     }
     env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -849,13 +932,20 @@ struct HeldThenFenced {
     inner: slurm_bridge::slurm::Fenced<slurm_rest::Client>,
     gate: std::sync::Arc<tokio::sync::Semaphore>,
     entered: tokio::sync::watch::Sender<usize>,
+    /// Submits that came back from the fence (sent or refused).
+    returned: tokio::sync::watch::Sender<usize>,
 }
 
 impl slurm_bridge::slurm::JobControl for HeldThenFenced {
-    async fn submit(&self, desc: &slurm_rest::models::JobDescMsg) -> Result<u32, slurm_rest::Error> {
+    async fn submit(
+        &self,
+        desc: &slurm_rest::models::JobDescMsg,
+    ) -> Result<u32, slurm_rest::Error> {
         self.entered.send_modify(|n| *n += 1);
         self.gate.acquire().await.expect("open gate").forget();
-        self.inner.submit(desc).await
+        let result = self.inner.submit(desc).await;
+        self.returned.send_modify(|n| *n += 1);
+        result
     }
     async fn update(
         &self,
@@ -901,10 +991,12 @@ async fn a_write_decided_before_the_deadline_is_not_sent_after_it() {
     fence.set(Some(Instant::now() + Duration::from_secs(3600)));
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let (entered, _) = tokio::sync::watch::channel(0usize);
+    let (returned, _) = tokio::sync::watch::channel(0usize);
     let slurm = HeldThenFenced {
         inner: slurm_bridge::slurm::Fenced::new(e2e::rest_client(&env.slurm), fence.clone()),
         gate: gate.clone(),
         entered: entered.clone(),
+        returned: returned.clone(),
     };
     let client = slurm_bridge::k8s::fenced::client(&env.kube, fence.clone());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
@@ -932,24 +1024,34 @@ async fn a_write_decided_before_the_deadline_is_not_sent_after_it() {
     // The deadline passes while the pass is held; then every submit may go on to the fence.
     fence.set(Some(Instant::now()));
     gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while fence.refused("slurm") < 1 {
-        assert!(Instant::now() < deadline, "the held submit never reached the fence");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut back = returned.subscribe();
+    tokio::time::timeout(Duration::from_secs(30), back.wait_for(|n| *n >= 1))
+        .await
+        .expect("the held submit comes back")
+        .unwrap();
     // Watched for 3 s while the pass is retried: no job, no write to the pod, no Event.
     let watch_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watch_until {
-        assert!(env.slurm_job_ids().is_empty(), "a job was submitted past the deadline");
+        assert!(
+            env.slurm_job_ids().is_empty(),
+            "a job was submitted past the deadline"
+        );
         let p = env.pods().get("stale").await.unwrap();
         assert_eq!(
             p.metadata.resource_version, created.metadata.resource_version,
             "the pod was written past the deadline"
         );
-        assert!(env.event_reasons("stale").await.is_empty(), "an Event past the deadline");
+        assert!(
+            env.event_reasons("stale").await.is_empty(),
+            "an Event past the deadline"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(fence.sent("slurm"), 0);
+    assert!(
+        fence.refused("slurm") >= 1,
+        "the held submit was not refused"
+    );
     println!(
         "refused: {} Slurm and {} Kubernetes writes",
         fence.refused("slurm"),

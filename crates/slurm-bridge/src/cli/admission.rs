@@ -92,13 +92,13 @@ impl WebhookFlags {
             sm.validity = self.self_signed_validity;
             sm.renew_before = self.self_signed_renew_before;
             sm.check_interval = self.self_signed_check_interval;
-            sm.ca_secret = self
-                .self_signed_ca_secret
-                .as_ref()
-                .map(|name| crate::admission::certs::CaSecret {
-                    namespace: self.self_signed_ca_secret_namespace.clone(),
-                    name: name.clone(),
-                });
+            sm.ca_secret =
+                self.self_signed_ca_secret
+                    .as_ref()
+                    .map(|name| crate::admission::certs::CaSecret {
+                        namespace: self.self_signed_ca_secret_namespace.clone(),
+                        name: name.clone(),
+                    });
             opts.self_managed = Some(sm);
         }
         opts

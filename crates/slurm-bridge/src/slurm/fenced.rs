@@ -76,7 +76,11 @@ impl<S: NodeControl> NodeControl for Fenced<S> {
         self.check()?;
         self.inner.create_node(node_conf).await
     }
-    async fn update_node(&self, name: &str, update: &UpdateNodeMsg) -> Result<(), slurm_rest::Error> {
+    async fn update_node(
+        &self,
+        name: &str,
+        update: &UpdateNodeMsg,
+    ) -> Result<(), slurm_rest::Error> {
         self.check()?;
         self.inner.update_node(name, update).await
     }
@@ -120,15 +124,19 @@ mod tests {
         let f = Fenced::new(Counting::default(), Fence::closed());
         let desc = JobDescMsg::default();
         let e = f.submit(&desc).await.unwrap_err();
-        assert!(e.is_transient(), "a fenced write is retried, never a rejection");
+        assert!(
+            e.is_transient(),
+            "a fenced write is retried, never a rejection"
+        );
         assert!(e.to_string().contains("leader Lease"), "{e}");
         assert!(f.cancel(7).await.is_err());
         assert!(f.update(7, &desc).await.is_err());
         assert_eq!(f.inner.0.load(std::sync::atomic::Ordering::SeqCst), 0);
         assert_eq!(f.fence.refused("slurm"), 3);
 
-        f.fence
-            .set(Some(std::time::Instant::now() + std::time::Duration::from_secs(60)));
+        f.fence.set(Some(
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        ));
         assert_eq!(f.submit(&desc).await.unwrap(), 1);
         assert_eq!(f.inner.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }

@@ -27,13 +27,13 @@ use super::tls;
 use bundle::sync_ca_bundle;
 use ca::{Ca, ca_params, serving_valid};
 pub use der::not_after;
-pub use shared::CaSecret;
 use files::{read_opt, write_atomic};
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 use rustls::pki_types::ServerName;
+pub use shared::CaSecret;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;

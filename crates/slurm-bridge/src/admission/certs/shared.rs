@@ -63,7 +63,10 @@ impl SelfManaged {
                 self.copy_in(crt, key)?;
             }
             let (ca, _) = self.ensure_ca(now)?;
-            let (crt, key) = (ca.bundle_pem().into_bytes(), ca.key.serialize_pem().into_bytes());
+            let (crt, key) = (
+                ca.bundle_pem().into_bytes(),
+                ca.key.serialize_pem().into_bytes(),
+            );
             if published.as_ref() == Some(&(crt.clone(), key.clone())) {
                 let changed = before.as_deref() != Some(crt.as_slice());
                 return Ok((ca, changed));
@@ -73,7 +76,9 @@ impl SelfManaged {
                 metadata: ObjectMeta {
                     name: Some(shared.name.clone()),
                     namespace: Some(shared.namespace.clone()),
-                    resource_version: current.as_ref().and_then(|s| s.metadata.resource_version.clone()),
+                    resource_version: current
+                        .as_ref()
+                        .and_then(|s| s.metadata.resource_version.clone()),
                     labels: Some(BTreeMap::from([(
                         "app.kubernetes.io/managed-by".to_string(),
                         "slurm-bridge".to_string(),
@@ -108,7 +113,9 @@ impl SelfManaged {
         Err(CertError::Secret {
             namespace: shared.namespace.clone(),
             name: shared.name.clone(),
-            message: format!("still conflicting after {ATTEMPTS} attempts; retrying at the next pass"),
+            message: format!(
+                "still conflicting after {ATTEMPTS} attempts; retrying at the next pass"
+            ),
         })
     }
 
