@@ -34,6 +34,16 @@ struct Replica {
     log: PathBuf,
 }
 
+impl Drop for Replica {
+    /// A replica left running by a failed test is killed, so it cannot act on a later one.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
