@@ -349,6 +349,11 @@ fn the_options_render_what_they_say() {
         args.contains(&format!("--webhook-configurations={PREFIX}-admission").as_str()),
         "{args:?}"
     );
+    // The CA is shared through a Secret, so more than one replica serves one CA.
+    assert!(
+        args.contains(&format!("--self-signed-ca-secret={PREFIX}-admission-ca").as_str()),
+        "{args:?}"
+    );
     assert!(
         args.contains(
             &format!("--self-signed-names={PREFIX}-admission,{PREFIX}-admission.{NAMESPACE},{PREFIX}-admission.{NAMESPACE}.svc,{PREFIX}-admission.{NAMESPACE}.svc.cluster.local").as_str()
@@ -436,13 +441,6 @@ fn bad_values_are_refused_with_a_reason() {
         (
             &["controllers.replicas=2", "controllers.leaderElect=false"],
             "leaderElect",
-        ),
-        (
-            &[
-                "admission.certManager.enabled=false",
-                "admission.replicas=2",
-            ],
-            "one replica",
         ),
         (
             &["admission.managedNamespaces={slinky}"],
@@ -548,6 +546,17 @@ fn admission_calls(selector: bool, self_managed: bool) -> Vec<Perm> {
     p
 }
 
+/// The self-managed CA shared between replicas, in the release namespace only
+/// (src/admission/certs/shared.rs: GET and PUT by name, POST with no name to limit it to).
+fn ca_secret_calls() -> Vec<(Perm, Option<Vec<String>>)> {
+    let name = vec![format!("{PREFIX}-admission-ca")];
+    vec![
+        (("", "secrets", "create"), None),
+        (("", "secrets", "get"), Some(name.clone())),
+        (("", "secrets", "update"), Some(name)),
+    ]
+}
+
 /// The leader Lease, in the release namespace only (src/leader.rs: kube-lease-manager's get,
 /// create, patch; the Lease watch).
 fn lease_calls() -> Vec<Perm> {
@@ -647,6 +656,8 @@ fn grants(docs: &[Value]) -> Result<Vec<Grant>, String> {
 struct Allowed {
     cluster: Vec<Perm>,
     leases: bool,
+    /// Namespaced permissions on the shared CA Secret (with the names they must be limited to).
+    ca_secret: Vec<(Perm, Option<Vec<String>>)>,
     /// Permissions that must name these objects (resourceNames).
     named: Vec<(Perm, Vec<String>)>,
 }
@@ -663,25 +674,34 @@ fn allowed_for(component: &str, selector: bool, self_managed: bool, admission: b
         .filter(|p| p.0 == "admissionregistration.k8s.io")
         .map(|p| (*p, vec![webhook.clone()]))
         .collect();
+    let ca_secret = if admission && self_managed {
+        ca_secret_calls()
+    } else {
+        vec![]
+    };
     match component {
         "scheduler" => Allowed {
             cluster: scheduler_calls(),
             leases: true,
+            ca_secret: vec![],
             named: vec![],
         },
         "controllers" => Allowed {
             cluster: controllers_calls(),
             leases: true,
+            ca_secret: vec![],
             named: vec![],
         },
         "admission" => Allowed {
             cluster: adm,
             leases: false,
+            ca_secret,
             named,
         },
         "run" => Allowed {
             cluster: [scheduler_calls(), controllers_calls(), adm].concat(),
             leases: true,
+            ca_secret,
             named,
         },
         other => panic!("unknown component {other}"),
@@ -730,10 +750,16 @@ fn check_rbac(
         let is = |p: &Perm| p.0 == grp && p.1 == res && p.2 == verb;
         match &g.namespace {
             Some(ns) => {
-                let ok = allowed.leases && ns == NAMESPACE && lease_calls().iter().any(is);
-                if !ok {
+                let lease = allowed.leases && lease_calls().iter().any(is);
+                let secret = allowed.ca_secret.iter().find(|(p, _)| is(p));
+                let secret = match secret {
+                    Some((_, Some(names))) => g.names.as_ref() == Some(names),
+                    Some((_, None)) => true,
+                    None => false,
+                };
+                if !(ns == NAMESPACE && (lease || secret)) {
                     errors.push(format!(
-                        "{component}: namespaced grant beyond the leader Lease: {g:?}"
+                        "{component}: namespaced grant beyond the leader Lease and the CA Secret: {g:?}"
                     ));
                 }
             }
@@ -768,6 +794,17 @@ fn check_rbac(
                 errors.push(format!(
                     "{component}: the code calls {} on {}/{}, not granted",
                     p.2, p.0, p.1
+                ));
+            }
+        }
+        for (p, _) in &allowed.ca_secret {
+            if !have.iter().any(|g| {
+                g.namespace.as_deref() == Some(NAMESPACE)
+                    && g.perm == (p.0.into(), p.1.into(), p.2.into())
+            }) {
+                errors.push(format!(
+                    "{component}: the shared CA needs {} on secrets, not granted",
+                    p.2
                 ));
             }
         }
@@ -904,6 +941,21 @@ fn rbac_check_catches_excess_grants() {
                 let i = role(d, &format!("{PREFIX}-admission"));
                 let rules = d[i]["rules"].as_array_mut().unwrap();
                 for r in rules.iter_mut() {
+                    r.as_object_mut().unwrap().remove("resourceNames");
+                }
+            }),
+        ),
+        (
+            "a CA Secret grant not limited to its name",
+            Box::new(|d: &mut Vec<Value>| {
+                let i = d
+                    .iter()
+                    .position(|d| {
+                        d["kind"] == "Role"
+                            && d["metadata"]["name"] == format!("{PREFIX}-admission-ca")
+                    })
+                    .unwrap();
+                for r in d[i]["rules"].as_array_mut().unwrap().iter_mut() {
                     r.as_object_mut().unwrap().remove("resourceNames");
                 }
             }),

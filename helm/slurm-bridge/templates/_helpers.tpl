@@ -126,12 +126,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- fail "run.replicas > 1 needs run.leaderElect: true" -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.admission.enabled (not .Values.admission.certManager.enabled) -}}
-{{- $replicas := ternary .Values.run.replicas .Values.admission.replicas (eq .Values.mode "run") -}}
-{{- if gt (int $replicas) 1 -}}
-{{- fail "self-managed webhook certificates (admission.certManager.enabled: false) keep the CA in the pod: use one replica, or cert-manager for more" -}}
-{{- end -}}
-{{- end -}}
 {{- if and .Values.admission.enabled (not .Values.admission.managedNamespaceSelector) (has (include "slurm-bridge.namespace" .) (.Values.admission.managedNamespaces | default list)) -}}
 {{- fail (printf "admission.managedNamespaces lists the release namespace %q, which the webhooks exclude (they must not gate their own pods): install the chart in another namespace" (include "slurm-bridge.namespace" .)) -}}
 {{- end -}}
@@ -508,6 +502,7 @@ automountServiceAccountToken: true
 - --webhook-configurations={{ include "slurm-bridge.webhookName" . }}
 - --self-signed-validity={{ .Values.admission.selfSigned.validity }}
 - --self-signed-renew-before={{ .Values.admission.selfSigned.renewBefore }}
+- --self-signed-ca-secret={{ include "slurm-bridge.webhookName" . }}-ca
 {{- end }}
 {{- end -}}
 {{- define "slurm-bridge.webhookVolume" -}}

@@ -124,10 +124,7 @@ pub async fn start(
         })?;
     if let Some(sm) = &opts.self_managed {
         sm.validate()?;
-        let sm = sm.clone();
-        tokio::task::spawn_blocking(move || sm.ensure_files(SystemTime::now()))
-            .await
-            .map_err(|e| AdmissionError::Config(format!("certificate task failed: {e}")))??;
+        sm.ensure_start(&client, SystemTime::now()).await?;
     }
     let certs = Arc::new(tls::CertReloader::load(&opts.cert_dir)?);
 

@@ -54,6 +54,15 @@ pub struct WebhookFlags {
     /// it expires.
     #[arg(long, default_value = "30d", value_parser = parse_duration)]
     pub self_signed_renew_before: Duration,
+    /// With --self-signed-names: keep the CA in this Secret (created by the first replica,
+    /// read by the others), so several replicas serve certificates of one CA. Needs get,
+    /// create and update on Secrets in its namespace. Without it the CA stays in the cert dir:
+    /// one replica only.
+    #[arg(long, value_name = "NAME", requires = "self_signed_names")]
+    pub self_signed_ca_secret: Option<String>,
+    /// Namespace of --self-signed-ca-secret (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub self_signed_ca_secret_namespace: String,
     /// With --self-signed-names: interval of the renewal check and caBundle sync.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub self_signed_check_interval: Duration,
@@ -83,6 +92,13 @@ impl WebhookFlags {
             sm.validity = self.self_signed_validity;
             sm.renew_before = self.self_signed_renew_before;
             sm.check_interval = self.self_signed_check_interval;
+            sm.ca_secret =
+                self.self_signed_ca_secret
+                    .as_ref()
+                    .map(|name| crate::admission::certs::CaSecret {
+                        namespace: self.self_signed_ca_secret_namespace.clone(),
+                        name: name.clone(),
+                    });
             opts.self_managed = Some(sm);
         }
         opts

@@ -66,10 +66,11 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
     let client = started.client;
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
+    let (client, slurm) = process::fenced(&leadership, &mut registry, &client, started.slurm);
     let (stop_tx, stop_rx) = watch::channel(false);
     let handle = controllers::run(
         client,
-        started.slurm,
+        slurm,
         opts,
         &mut registry,
         leadership.receiver(),

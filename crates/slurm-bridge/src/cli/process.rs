@@ -135,6 +135,22 @@ pub async fn leadership(
     })
 }
 
+/// The Kubernetes client and the Slurm client with their writes behind `leadership`'s fence
+/// (docs/operations.md, "Fencing"); registers the fenced-write counter in `registry`.
+pub fn fenced<S>(
+    leadership: &leader::Leadership,
+    registry: &mut Registry,
+    client: &kube::Client,
+    slurm: S,
+) -> (kube::Client, crate::slurm::Fenced<S>) {
+    let fence = leadership.fence();
+    fence.register(registry);
+    (
+        crate::k8s::fenced::client(client, fence.clone()),
+        crate::slurm::Fenced::new(slurm, fence),
+    )
+}
+
 /// True while every component is ready.
 fn all_ready(components: &[Component]) -> watch::Receiver<bool> {
     let mut readies: Vec<watch::Receiver<bool>> =

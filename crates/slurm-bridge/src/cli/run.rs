@@ -45,12 +45,15 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
 
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
+    // The scheduler and the controllers write through the fence; admission (on every replica)
+    // and leader election use the plain client.
+    let (writer, slurm) = process::fenced(&leadership, &mut registry, &client, slurm);
     let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
     let (caches, cache_tasks) = Caches::start(client.clone(), slurm, &sched_opts.cache_options());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready_tx, _) = watch::channel(false);
     let sched = scheduler::run_with(
-        client.clone(),
+        writer.clone(),
         caches.clone(),
         sched_opts,
         &mut registry,
@@ -73,7 +76,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let ctrl = controllers::run_with(
-        client,
+        writer,
         caches,
         ctrl_opts,
         &mut registry,

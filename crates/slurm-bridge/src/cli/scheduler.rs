@@ -71,6 +71,7 @@ pub async fn serve<S: Slurm>(
 ) -> anyhow::Result<()> {
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();
+    let (client, slurm) = process::fenced(&leadership, &mut registry, &client, slurm);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready_tx, _) = watch::channel(false);
     let handle = scheduler::run(

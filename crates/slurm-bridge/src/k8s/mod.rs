@@ -6,6 +6,7 @@
 
 pub mod api_error;
 pub mod events;
+pub mod fenced;
 pub mod node;
 pub mod pod;
 pub mod pod_writer;

@@ -4,12 +4,14 @@
 //! Every Slurm call goes through the small traits of [`traits`]; production uses
 //! [`slurm_rest::Client`], unit tests a fake, and end-to-end tests real Slurm.
 
+pub mod fenced;
 pub mod instrumented;
 pub mod job_index;
 pub mod job_watcher;
 pub mod node_cache;
 pub mod traits;
 
+pub use fenced::Fenced;
 pub use instrumented::{Instrumented, SlurmMetrics};
 pub use job_index::{JobIndex, WatchedJob};
 pub use job_watcher::{JobEvent, JobWatcher, JobWatcherConfig};

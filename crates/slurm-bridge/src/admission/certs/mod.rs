@@ -21,6 +21,7 @@ mod bundle;
 mod ca;
 mod der;
 mod files;
+mod shared;
 
 use super::tls;
 use bundle::sync_ca_bundle;
@@ -32,6 +33,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use rustls::pki_types::ServerName;
+pub use shared::CaSecret;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -77,6 +79,16 @@ pub enum CertError {
         /// Error text.
         message: String,
     },
+    /// Reading or writing the Secret of the shared CA failed.
+    #[error("CA Secret {namespace}/{name}: {message}")]
+    Secret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Error text.
+        message: String,
+    },
     /// No Mutating- or ValidatingWebhookConfiguration has the name.
     #[error("no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named {0}")]
     NotFound(String),
@@ -106,6 +118,9 @@ pub struct SelfManaged {
     pub renew_before: Duration,
     /// Interval of the passes.
     pub check_interval: Duration,
+    /// The Secret the CA is shared through, so several replicas serve certificates of one CA
+    /// (`None`: the CA stays in this pod's cert dir, fit for one replica only).
+    pub ca_secret: Option<CaSecret>,
 }
 
 impl SelfManaged {
@@ -120,6 +135,7 @@ impl SelfManaged {
             ca_validity: Duration::from_secs(10 * 365 * 86400),
             renew_before: Duration::from_secs(30 * 86400),
             check_interval: Duration::from_secs(60),
+            ca_secret: None,
         }
     }
 }
@@ -273,6 +289,44 @@ impl SelfManaged {
         })
     }
 
+    /// As [`SelfManaged::ensure_files`], with the CA taken from (or published to) the shared
+    /// Secret first when one is configured: used at start-up, so a replica never serves a
+    /// certificate of a CA of its own.
+    pub async fn ensure_start(
+        &self,
+        client: &kube::Client,
+        now: SystemTime,
+    ) -> Result<PassOutcome, CertError> {
+        let Some(shared) = &self.ca_secret else {
+            let sm = self.clone();
+            return tokio::task::spawn_blocking(move || sm.ensure_files(now))
+                .await
+                .map_err(|e| CertError::Generate {
+                    what: "certificates",
+                    message: format!("certificate task failed: {e}"),
+                })?;
+        };
+        self.create_dir()?;
+        let (ca, ca_rotated) = self.ensure_shared_ca(client, shared, now).await?;
+        let serving_rotated = !self.serving_ok(&ca, now + self.renew_before);
+        if serving_rotated {
+            self.issue_serving(&ca, now)?;
+        }
+        Ok(PassOutcome {
+            ca_rotated,
+            serving_rotated,
+            configurations_updated: 0,
+        })
+    }
+
+    fn create_dir(&self) -> Result<(), CertError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| CertError::Io {
+            action: "creating",
+            path: self.dir.display().to_string(),
+            source,
+        })
+    }
+
     /// The CA bundle (PEM) in the cert dir.
     pub fn ca_bundle(&self) -> Option<String> {
         Ca::load(&self.dir).map(|c| c.bundle_pem())
@@ -286,12 +340,11 @@ impl SelfManaged {
         now: SystemTime,
         sync: bool,
     ) -> Result<PassOutcome, CertError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| CertError::Io {
-            action: "creating",
-            path: self.dir.display().to_string(),
-            source,
-        })?;
-        let (ca, ca_rotated) = self.ensure_ca(now)?;
+        self.create_dir()?;
+        let (ca, ca_rotated) = match &self.ca_secret {
+            Some(shared) => self.ensure_shared_ca(client, shared, now).await?,
+            None => self.ensure_ca(now)?,
+        };
         let mut outcome = PassOutcome {
             ca_rotated,
             ..Default::default()
