@@ -47,8 +47,7 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
     slurm_opts.seed = Some(seed);
     let slurm_proxy = FaultProxy::start(slurm_opts).await.unwrap();
     let kubeconfig = env.kube_env.kubeconfig();
-    let mut kube_opts =
-        ProxyOptions::new(fault_proxy::kubeconfig::upstream(&kubeconfig).unwrap());
+    let mut kube_opts = ProxyOptions::new(fault_proxy::kubeconfig::upstream(&kubeconfig).unwrap());
     let pki = env.kube_env.dir().join("pki");
     kube_opts.serve_tls = Some(ServerTls {
         cert_pem: std::fs::read_to_string(pki.join("serving.crt")).unwrap(),
@@ -96,7 +95,11 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
         let start = Instant::now();
         tracing::info!(fault = fault.name(), n = i + 1, "chaos: injecting");
         inject(&mut env, &mut bridge, &plan, fault).await;
-        injected.push(Injected { fault, start, end: Instant::now() });
+        injected.push(Injected {
+            fault,
+            start,
+            end: Instant::now(),
+        });
     }
     tokio::time::timeout(plan.churn + plan.settle, churn)
         .await
@@ -121,7 +124,10 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
 
     let mut violations = invariant_violations(&env).await;
     violations.extend(unfinished.iter().cloned());
-    let lost = unfinished.iter().filter(|u| u.starts_with("unfinished")).count();
+    let lost = unfinished
+        .iter()
+        .filter(|u| u.starts_with("unfinished"))
+        .count();
     let log = std::fs::read_to_string(bridge.log_path()).unwrap_or_default();
     let panics = log.matches("panicked").count();
     let (kills, crashes) = (bridge.kills, bridge.crashes.clone());
@@ -165,11 +171,17 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
         ("slurmrestd", total(&slurm_proxy.stats())),
         ("kube-apiserver", total(&kube_proxy.stats())),
     ] {
-        assert!(req > 100 && inj > 0, "proxy to {name}: {inj} of {req} faulted:\n{report}");
+        assert!(
+            req > 100 && inj > 0,
+            "proxy to {name}: {inj} of {req} faulted:\n{report}"
+        );
     }
     assert_eq!(o.duplicated.len(), 0, "{report}");
     assert!(violations.is_empty(), "{report}");
-    assert!(crashes.is_empty() && panics == 0, "bridge crashed: {crashes:?}\n{report}");
+    assert!(
+        crashes.is_empty() && panics == 0,
+        "bridge crashed: {crashes:?}\n{report}"
+    );
     assert!(exit.success(), "bridge exit after SIGTERM: {exit:?}");
     drop((c, o));
     env.assert_invariants().await;
@@ -179,7 +191,10 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
 async fn inject(env: &mut Env, bridge: &mut Bridge, plan: &Plan, fault: Fault) {
     let slurm = env.slurm.clone();
     let blocking = |f: Box<dyn FnOnce() -> slurm_testenv::Result<()> + Send>| async move {
-        tokio::task::spawn_blocking(f).await.unwrap().expect("Slurm fault")
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap()
+            .expect("Slurm fault")
     };
     match fault {
         Fault::KillBridge => bridge.kill_and_restart(),
@@ -238,14 +253,24 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
     let Ok(pods) = chaos::within(10, env.pods().list(&ListParams::default())).await else {
         return vec!["pods unlisted".into()];
     };
-    let Ok(jobs) = chaos::within(10, Api::<Job>::namespaced(env.kube.clone(), NS).list(&ListParams::default())).await
+    let Ok(jobs) = chaos::within(
+        10,
+        Api::<Job>::namespaced(env.kube.clone(), NS).list(&ListParams::default()),
+    )
+    .await
     else {
         return vec!["Jobs unlisted".into()];
     };
     let by_name: BTreeMap<String, &Pod> = pods.items.iter().map(|p| (p.name_any(), p)).collect();
     let done = |name: &str| by_name.get(name).is_some_and(|p| phase(p) == "Succeeded");
     let mut out = Vec::new();
-    for w in churned.lock().unwrap().workloads.iter().filter(|w| !w.deleted) {
+    for w in churned
+        .lock()
+        .unwrap()
+        .workloads
+        .iter()
+        .filter(|w| !w.deleted)
+    {
         let ok = match w.kind {
             Kind::Bare => done(&w.name),
             Kind::Gang => (0..w.pods).all(|i| done(&format!("{}-{i}", w.name))),
@@ -263,7 +288,11 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
             out.push(format!("unfinished {:?} {}: {state:?}", w.kind, w.name));
         }
     }
-    for p in pods.items.iter().filter(|p| p.metadata.deletion_timestamp.is_some()) {
+    for p in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+    {
         out.push(format!(
             "stuck deletion of {} (finalizers {:?}, phase {})",
             p.name_any(),
@@ -310,24 +339,37 @@ async fn invariant_violations(env: &Env) -> Vec<String> {
         if finished && p.finalizers().iter().any(|f| f == FINALIZER) {
             out.push(format!("finished pod {} holds the finalizer", p.name_any()));
         }
-        let job: Option<u32> = p.labels().get(LABEL_SLURM_JOBID).and_then(|j| j.parse().ok());
+        let job: Option<u32> = p
+            .labels()
+            .get(LABEL_SLURM_JOBID)
+            .and_then(|j| j.parse().ok());
         match (p.spec.as_ref().and_then(|s| s.node_name.as_deref()), job) {
             (Some(node), Some(id)) if !finished => {
                 let j = env.rest.job(id).await.unwrap();
                 let nodes = slurm_rest::hostlist::expand(j.nodes.as_deref().unwrap_or("")).unwrap();
                 let want = slurm_names.get(node).map_or(node, String::as_str);
                 if !nodes.iter().any(|n| n == want) {
-                    out.push(format!("pod {} on {node}, not on job {id}'s nodes {nodes:?}", p.name_any()));
+                    out.push(format!(
+                        "pod {} on {node}, not on job {id}'s nodes {nodes:?}",
+                        p.name_any()
+                    ));
                 }
             }
             (Some(node), None) if !finished => {
-                out.push(format!("bound pod {} on {node} has no job label", p.name_any()));
+                out.push(format!(
+                    "bound pod {} on {node} has no job label",
+                    p.name_any()
+                ));
             }
             (None, job) if !finished => {
                 let has_live_job = job.is_some_and(|j| active.contains(&j));
-                let reason = e2e::scheduled_condition(p).is_some_and(|c| c.0 == "False" && !c.1.is_empty());
+                let reason =
+                    e2e::scheduled_condition(p).is_some_and(|c| c.0 == "False" && !c.1.is_empty());
                 if !has_live_job && !reason {
-                    out.push(format!("waiting pod {} has neither a live job nor a reason", p.name_any()));
+                    out.push(format!(
+                        "waiting pod {} has neither a live job nor a reason",
+                        p.name_any()
+                    ));
                 }
             }
             _ => {}

@@ -1,14 +1,15 @@
 //! The churn: bare pods, Jobs and gangs (coscheduling PodGroups) created at a steady rate until
-//! the plan's pod count, each running a few seconds; about one workload in five deleted again
+//! the plan's pod count, each running 1-5 s, nine in ten sharing nodes; about one workload in five deleted again
 //! (pending, running or done), Jobs with background or foreground propagation.
 
 use super::{Rng, within};
 use crate::e2e::{NS, SCHEDULER};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams, PropagationPolicy};
 use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams, PropagationPolicy};
 use serde_json::{Value, json};
+use slurm_bridge::wellknown::slurmjob::EXCLUSIVE;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,10 +55,20 @@ fn pod_spec(secs: u64) -> Value {
     })
 }
 
-fn pod(name: &str, labels: Value, secs: u64) -> Pod {
+/// The pods' annotations: most share their nodes (`exclusive: "false"`); one workload in ten
+/// keeps the default, whole nodes.
+fn annotations(exclusive: bool) -> Value {
+    if exclusive {
+        json!({})
+    } else {
+        json!({EXCLUSIVE: "false"})
+    }
+}
+
+fn pod(name: &str, labels: Value, annotations: Value, secs: u64) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "metadata": {"name": name, "namespace": NS, "labels": labels, "annotations": annotations},
         "spec": pod_spec(secs),
     }))
     .unwrap()
@@ -80,42 +91,58 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
             continue;
         }
         n += 1;
-        let secs = rng.between(2, 8);
+        let secs = rng.between(1, 5);
+        let notes = annotations(rng.chance(0.1));
         let kind = match rng.between(0, 9) {
             0..=3 => Kind::Bare,
             4..=6 => Kind::Job,
             _ => Kind::Gang,
         };
-        let size = if kind == Kind::Bare { 1 } else { rng.between(2, 3) as usize };
+        let size = if kind == Kind::Bare {
+            1
+        } else {
+            rng.between(2, 3) as usize
+        };
         let name = match kind {
             Kind::Bare => format!("cp-{n}"),
             Kind::Job => format!("cj-{n}"),
             Kind::Gang => format!("cg-{n}"),
         };
         let made = match kind {
-            Kind::Bare => within(5, pods.create(&PostParams::default(), &pod(&name, json!({}), secs)))
-                .await
-                .map(|_| ()),
+            Kind::Bare => within(
+                5,
+                pods.create(&PostParams::default(), &pod(&name, json!({}), notes, secs)),
+            )
+            .await
+            .map(|_| ()),
             Kind::Job => {
                 let job: Job = serde_json::from_value(json!({
                     "apiVersion": "batch/v1", "kind": "Job",
                     "metadata": {"name": name, "namespace": NS},
                     "spec": {"parallelism": size, "completions": size, "backoffLimit": 6,
-                             "template": {"spec": pod_spec(secs)}},
+                             "template": {"metadata": {"annotations": notes}, "spec": pod_spec(secs)}},
                 }))
                 .unwrap();
-                within(5, Api::<Job>::namespaced(kube.clone(), NS).create(&PostParams::default(), &job))
-                    .await
-                    .map(|_| ())
+                within(
+                    5,
+                    Api::<Job>::namespaced(kube.clone(), NS).create(&PostParams::default(), &job),
+                )
+                .await
+                .map(|_| ())
             }
-            Kind::Gang => create_gang(&kube, &name, size, secs).await,
+            Kind::Gang => create_gang(&kube, &name, size, secs, notes).await,
         };
         let victim = {
             let mut s = state.lock().unwrap();
             match made {
                 Ok(()) => {
                     s.pods_created += size;
-                    s.workloads.push(Workload { name, kind, pods: size, deleted: false });
+                    s.workloads.push(Workload {
+                        name,
+                        kind,
+                        pods: size,
+                        deleted: false,
+                    });
                 }
                 Err(e) => {
                     s.api_errors += 1;
@@ -144,7 +171,13 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
     }
 }
 
-async fn create_gang(kube: &Client, name: &str, size: usize, secs: u64) -> Result<(), String> {
+async fn create_gang(
+    kube: &Client,
+    name: &str,
+    size: usize,
+    secs: u64,
+    notes: Value,
+) -> Result<(), String> {
     let group: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
         "metadata": {"name": name, "namespace": NS}, "spec": {"minMember": size},
@@ -158,7 +191,12 @@ async fn create_gang(kube: &Client, name: &str, size: usize, secs: u64) -> Resul
     }
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NS);
     for i in 0..size {
-        let p = pod(&format!("{name}-{i}"), json!({"scheduling.x-k8s.io/pod-group": name}), secs);
+        let p = pod(
+            &format!("{name}-{i}"),
+            json!({"scheduling.x-k8s.io/pod-group": name}),
+            notes.clone(),
+            secs,
+        );
         match within(5, pods.create(&PostParams::default(), &p)).await {
             Ok(_) => {}
             Err(e) if e.contains("already exists") => {}
@@ -177,7 +215,11 @@ pub async fn delete(kube: &Client, w: &Workload, foreground: bool) -> Result<(),
     };
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NS);
     match w.kind {
-        Kind::Bare => gone(within(5, pods.delete(&w.name, &DeleteParams::default())).await.map(|_| ())),
+        Kind::Bare => gone(
+            within(5, pods.delete(&w.name, &DeleteParams::default()))
+                .await
+                .map(|_| ()),
+        ),
         Kind::Job => {
             let dp = DeleteParams {
                 propagation_policy: Some(if foreground {
@@ -187,13 +229,34 @@ pub async fn delete(kube: &Client, w: &Workload, foreground: bool) -> Result<(),
                 }),
                 ..Default::default()
             };
-            gone(within(5, Api::<Job>::namespaced(kube.clone(), NS).delete(&w.name, &dp)).await.map(|_| ()))
+            gone(
+                within(
+                    5,
+                    Api::<Job>::namespaced(kube.clone(), NS).delete(&w.name, &dp),
+                )
+                .await
+                .map(|_| ()),
+            )
         }
         Kind::Gang => {
             for i in 0..w.pods {
-                gone(within(5, pods.delete(&format!("{}-{i}", w.name), &DeleteParams::default())).await.map(|_| ()))?;
+                gone(
+                    within(
+                        5,
+                        pods.delete(&format!("{}-{i}", w.name), &DeleteParams::default()),
+                    )
+                    .await
+                    .map(|_| ()),
+                )?;
             }
-            gone(within(5, coscheduling(kube).delete(&w.name, &DeleteParams::default())).await.map(|_| ()))
+            gone(
+                within(
+                    5,
+                    coscheduling(kube).delete(&w.name, &DeleteParams::default()),
+                )
+                .await
+                .map(|_| ()),
+            )
         }
     }
 }

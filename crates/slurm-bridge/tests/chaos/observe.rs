@@ -50,7 +50,11 @@ pub async fn run(
             let mut s = state.lock().unwrap();
             s.pod_polls += 1;
             for p in list.items {
-                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some();
+                let bound = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some();
                 if bound && s.bound.insert(p.uid().unwrap_or_default()) {
                     s.binds.push(now);
                 }

@@ -103,7 +103,9 @@ impl Plan {
         match std::env::var("CHAOS_FULL").unwrap_or_default().as_str() {
             "" | "0" | "false" => Plan::short(),
             "1" | "true" => Plan::full(),
-            other => panic!("CHAOS_FULL={other:?}: expected 1 or true (full run), 0, false or unset (short run)"),
+            other => panic!(
+                "CHAOS_FULL={other:?}: expected 1 or true (full run), 0, false or unset (short run)"
+            ),
         }
     }
 

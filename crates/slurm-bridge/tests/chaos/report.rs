@@ -44,7 +44,11 @@ impl Figures<'_> {
         let mut out = String::new();
         let w = &mut out;
         let _ = writeln!(w, "chaos run `{}` (seed {})", self.plan.name, self.seed);
-        let _ = writeln!(w, "{:<4} {:<32} {:>9} {:>10}", "#", "fault", "lasted", "recovery");
+        let _ = writeln!(
+            w,
+            "{:<4} {:<32} {:>9} {:>10}",
+            "#", "fault", "lasted", "recovery"
+        );
         let mut by_kind: Vec<(Fault, Vec<Duration>)> = Vec::new();
         for (i, f) in self.faults.iter().enumerate() {
             let rec = self.observed.recovery(f.end);
@@ -85,7 +89,10 @@ impl Figures<'_> {
             count(Fault::PauseApiserver),
             secs(self.plan.apiserver_pause),
         );
-        for (name, s) in [("slurmrestd", &self.slurm_proxy), ("kube-apiserver", &self.kube_proxy)] {
+        for (name, s) in [
+            ("slurmrestd", &self.slurm_proxy),
+            ("kube-apiserver", &self.kube_proxy),
+        ] {
             let _ = writeln!(
                 w,
                 "proxy to {name}: {} requests, {} faulted ({:.1} %): latency {}, reset {}, 5xx {}, 429 {}, stall {}; {} answered 502 (server down)",
