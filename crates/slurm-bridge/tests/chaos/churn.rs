@@ -1,5 +1,5 @@
 //! The churn: bare pods, Jobs and gangs (coscheduling PodGroups) created at a steady rate until
-//! the plan's pod count, each running 1-5 s, nine in ten sharing nodes; about one workload in five deleted again
+//! the plan's pod count, each running 1-5 s and sharing nodes; about one workload in five deleted again
 //! (pending, running or done), Jobs with background or foreground propagation.
 
 use super::{Rng, within};
@@ -55,14 +55,11 @@ fn pod_spec(secs: u64) -> Value {
     })
 }
 
-/// The pods' annotations: most share their nodes (`exclusive: "false"`); one workload in ten
-/// keeps the default, whole nodes.
-fn annotations(exclusive: bool) -> Value {
-    if exclusive {
-        json!({})
-    } else {
-        json!({EXCLUSIVE: "false"})
-    }
+/// The pods' annotations: they share their nodes (`exclusive: "false"`). Whole-node jobs (the
+/// default) are left out: with no time limits Slurm cannot backfill behind a pending
+/// whole-node gang, so one at the head of the queue stalls every job behind it.
+fn annotations() -> Value {
+    json!({EXCLUSIVE: "false"})
 }
 
 fn pod(name: &str, labels: Value, annotations: Value, secs: u64) -> Pod {
@@ -92,7 +89,7 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
         }
         n += 1;
         let secs = rng.between(1, 5);
-        let notes = annotations(rng.chance(0.1));
+        let notes = annotations();
         let kind = match rng.between(0, 9) {
             0..=3 => Kind::Bare,
             4..=6 => Kind::Job,
