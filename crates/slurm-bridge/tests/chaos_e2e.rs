@@ -4,7 +4,7 @@
 //! restarts, stops or pauses kube-apiserver, etcd, slurmctld and slurmrestd. After a settle
 //! period every workload not deleted has completed and the lifecycle invariants hold.
 //!
-//! The short run (≈2 minutes of churn, each fault kind at least once) runs by default; the full
+//! The short run (100 s of churn, each fault kind at least once) runs by default; the full
 //! one (500 pods over 5 minutes, 20 kills, …: see `chaos::plan::Plan::full`) with
 //! `CHAOS_FULL=1 cargo test -p slurm-bridge --test chaos_e2e -- --nocapture`.
 

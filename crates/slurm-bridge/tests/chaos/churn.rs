@@ -55,7 +55,8 @@ fn pod_spec(secs: u64) -> Value {
     })
 }
 
-/// The pods' annotations: they share their nodes (`exclusive: "false"`). Whole-node jobs (the
+/// The annotations of each workload's root object (the pod, the Job, the PodGroup: the
+/// translation reads no controlled pod's own): they share their nodes (`exclusive: "false"`). Whole-node jobs (the
 /// default) are left out: with no time limits Slurm cannot backfill behind a pending
 /// whole-node gang, so one at the head of the queue stalls every job behind it.
 fn annotations() -> Value {
@@ -115,9 +116,9 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
             Kind::Job => {
                 let job: Job = serde_json::from_value(json!({
                     "apiVersion": "batch/v1", "kind": "Job",
-                    "metadata": {"name": name, "namespace": NS},
+                    "metadata": {"name": name, "namespace": NS, "annotations": notes},
                     "spec": {"parallelism": size, "completions": size, "backoffLimit": 6,
-                             "template": {"metadata": {"annotations": notes}, "spec": pod_spec(secs)}},
+                             "template": {"spec": pod_spec(secs)}},
                 }))
                 .unwrap();
                 within(
@@ -177,7 +178,8 @@ async fn create_gang(
 ) -> Result<(), String> {
     let group: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": NS}, "spec": {"minMember": size},
+        "metadata": {"name": name, "namespace": NS, "annotations": notes},
+        "spec": {"minMember": size},
     }))
     .unwrap();
     let api = coscheduling(kube);

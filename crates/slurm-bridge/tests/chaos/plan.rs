@@ -80,13 +80,13 @@ impl Plan {
         }
     }
 
-    /// Each fault kind at least once, in about two minutes of churn.
+    /// Each fault kind at least once, in 100 s of churn.
     pub fn short() -> Plan {
         Plan {
             name: "short",
             nodes: 3,
-            pods: 120,
-            churn: Duration::from_secs(120),
+            pods: 100,
+            churn: Duration::from_secs(100),
             kills: 4,
             apiserver_restarts: 1,
             etcd_restarts: 1,
@@ -141,5 +141,46 @@ impl Plan {
         }
         out.extend(std::iter::repeat_n(Fault::KillBridge, self.kills - kills));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(s: &[Fault], f: Fault) -> usize {
+        s.iter().filter(|x| **x == f).count()
+    }
+
+    #[test]
+    fn the_full_schedule_has_the_issues_numbers_and_the_short_one_every_kind() {
+        let s = Plan::full().schedule();
+        assert_eq!(count(&s, Fault::KillBridge), 20);
+        assert_eq!(
+            count(&s, Fault::RestartApiserver) + count(&s, Fault::CompactWhilePaused),
+            3
+        );
+        assert_eq!(count(&s, Fault::RestartEtcd), 2);
+        assert_eq!(count(&s, Fault::RestartSlurmctld), 3);
+        assert_eq!(count(&s, Fault::SlurmrestdOutage), 1);
+        assert_eq!(count(&s, Fault::PauseApiserver), 1);
+        // Kills are spread: never more than three in a row.
+        assert!(
+            s.windows(4)
+                .all(|w| w.iter().any(|f| *f != Fault::KillBridge)),
+            "{s:?}"
+        );
+        let short = Plan::short().schedule();
+        for f in [
+            Fault::KillBridge,
+            Fault::RestartApiserver,
+            Fault::RestartEtcd,
+            Fault::CompactWhilePaused,
+            Fault::RestartSlurmctld,
+            Fault::SlurmrestdOutage,
+            Fault::PauseApiserver,
+        ] {
+            assert!(count(&short, f) >= 1, "{f:?} in {short:?}");
+        }
     }
 }
