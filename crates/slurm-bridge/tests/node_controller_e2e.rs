@@ -630,8 +630,12 @@ async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
     .await;
     // Each foreign node: one warning.
     for n in ["node-1", "node-2", "node-3"] {
-        h.wait_event(n, "SlurmNodeNotOwned", &["not registered by slurm-bridge", "label"])
-            .await;
+        h.wait_event(
+            n,
+            "SlurmNodeNotOwned",
+            &["not registered by slurm-bridge", "label"],
+        )
+        .await;
     }
     h.wait_event("node-4", "SlurmNodeNotOwned", &["rack-4", "hand it over"])
         .await;
@@ -646,7 +650,11 @@ async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
         let s = h.slurm_node(&name).await.expect("admin's node stays");
         assert!(!is_drain(&s), "{s:?}");
         let want = (n == 4).then_some("rack-4");
-        assert_eq!(s.comment.as_deref().filter(|c| !c.is_empty()), want, "{s:?}");
+        assert_eq!(
+            s.comment.as_deref().filter(|c| !c.is_empty()),
+            want,
+            "{s:?}"
+        );
         let events = h.node_events(&name).await;
         assert_eq!(events_with(&events, "SlurmNodeNotOwned"), 1, "{events:?}");
         assert_eq!(events_with(&events, "SlurmNodeRemoved"), 0, "{events:?}");
@@ -663,7 +671,12 @@ async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
         "{s:?}"
     );
     // So the adopted node is the bridge's: removed when its label goes.
-    h.kubectl(&["label", "node", "node-5", &format!("{LABEL_EXTERNAL_NODE}-")]);
+    h.kubectl(&[
+        "label",
+        "node",
+        "node-5",
+        &format!("{LABEL_EXTERNAL_NODE}-"),
+    ]);
     h.wait_slurm_gone("node-5").await;
     for n in 1..=4 {
         assert!(h.slurm_node(&format!("node-{n}")).await.is_some());
@@ -688,7 +701,9 @@ async fn a_deleted_kubernetes_node_loses_its_slurm_node() {
     }
     for n in ["node-1", "node-2", "node-3"] {
         let s = h
-            .wait_slurm(n, "registered and marked", |s| ownership::owner(s).is_some())
+            .wait_slurm(n, "registered and marked", |s| {
+                ownership::owner(s).is_some()
+            })
             .await;
         assert_eq!(ownership::owner(&s), Some(n), "{s:?}");
     }
@@ -715,7 +730,10 @@ async fn a_deleted_kubernetes_node_loses_its_slurm_node() {
     h.stop_controller().await;
     h.kubectl(&["delete", "node", "node-3"]);
     tokio::task::block_in_place(|| h.slurm.restart_slurmctld()).expect("restart slurmctld");
-    assert!(h.slurm_node("node-3").await.is_some(), "still there while down");
+    assert!(
+        h.slurm_node("node-3").await.is_some(),
+        "still there while down"
+    );
     h.spawn_controller();
     h.wait_slurm_gone("node-3").await;
     assert_eq!(h.metrics.nodes_removed.get(), 3);

@@ -1393,11 +1393,16 @@ async fn a_job_allocated_a_deleted_node_is_resubmitted_without_it() {
     loop {
         let job = env.rest.job(pending).await.unwrap();
         if job.nodes.as_deref() == Some("node-1")
-            && job.job_state.contains(&slurm_rest::models::JobState::Running)
+            && job
+                .job_state
+                .contains(&slurm_rest::models::JobState::Running)
         {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "job never ran on node-1");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job never ran on node-1"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     env.start_scheduler().await;

@@ -50,7 +50,8 @@ async fn sweep<S: NodeControl, C: SlurmNodes>(
     nodes: &Store<Node>,
 ) -> Result<bool, NodeError> {
     let listing = ctx.slurm_nodes.nodes();
-    let kube_names = || -> BTreeSet<String> { nodes.state().iter().map(|n| slurm_node_name(n)).collect() };
+    let kube_names =
+        || -> BTreeSet<String> { nodes.state().iter().map(|n| slurm_node_name(n)).collect() };
     let candidates: Vec<String> = ownership::orphans(listing.values(), &kube_names())
         .into_iter()
         .map(|n| n.name.clone())

@@ -125,7 +125,12 @@ mod tests {
             (true, Some(""), true, Ownership::Adopt),
             (true, None, false, Ownership::Foreign),
             (true, Some("rack 4, admin"), true, Ownership::Foreign),
-            (true, Some("slurm-bridge: something else"), true, Ownership::Foreign),
+            (
+                true,
+                Some("slurm-bridge: something else"),
+                true,
+                Ownership::Foreign,
+            ),
             (false, Some(ours.as_str()), true, Ownership::NotExternal),
             (false, None, false, Ownership::NotExternal),
         ];

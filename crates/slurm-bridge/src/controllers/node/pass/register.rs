@@ -25,10 +25,8 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
         let removal = match ownership::ownership(s, false) {
             Ownership::Ours => Some(Removal::LabelRemoved),
             Ownership::Foreign => {
-                p.warnings.push((
-                    "SlurmNodeNotOwned",
-                    ownership::foreign_warning(s, false),
-                ));
+                p.warnings
+                    .push(("SlurmNodeNotOwned", ownership::foreign_warning(s, false)));
                 None
             }
             Ownership::NotExternal | Ownership::Adopt => None,
@@ -59,26 +57,28 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
     match ownership::ownership(&s, true) {
         Ownership::Ours => {}
         Ownership::Adopt => {
-            mark(ctx, p, "adopting an unmarked external node (the Go original's registration)")
-                .await?;
+            mark(
+                ctx,
+                p,
+                "adopting an unmarked external node (the Go original's registration)",
+            )
+            .await?;
         }
         Ownership::Foreign => {
-            p.warnings.push((
-                "SlurmNodeNotOwned",
-                ownership::foreign_warning(&s, true),
-            ));
+            p.warnings
+                .push(("SlurmNodeNotOwned", ownership::foreign_warning(&s, true)));
             return Ok((Some(d), None));
         }
         Ownership::NotExternal => {
-        p.warnings.push((
-            "SlurmNodeNotExternal",
-            format!(
-                "Slurm node {} exists and is not an external node (it is run by slurmd): \
+            p.warnings.push((
+                "SlurmNodeNotExternal",
+                format!(
+                    "Slurm node {} exists and is not an external node (it is run by slurmd): \
                  slurm-bridge does not manage it",
-                p.slurm_name
-            ),
-        ));
-        return Ok((Some(d), None));
+                    p.slurm_name
+                ),
+            ));
+            return Ok((Some(d), None));
         }
     }
     let why = registration::recreate_reasons(&d, &s);
