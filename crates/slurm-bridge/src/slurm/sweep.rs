@@ -5,7 +5,7 @@
 
 use crate::slurm::{JobControl, JobWatcher, SlurmJobs, WatchedJob};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,10 +45,12 @@ impl<S: JobControl + SlurmJobs> Sweep<S> {
         for job in candidates {
             let mut any_left = false;
             for (ns, name) in job.comment.pod_names() {
+                // A list by name, not a GET: the controllers' role may list pods, not get them.
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                match api.get_opt(name).await {
-                    Ok(None) => {}
-                    Ok(Some(_)) | Err(_) => {
+                let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+                match api.list_metadata(&by_name).await {
+                    Ok(l) if l.items.is_empty() => {}
+                    Ok(_) | Err(_) => {
                         any_left = true;
                         break;
                     }

@@ -130,8 +130,10 @@ async fn cancel_unmapped<S: Slurm>(
     if members(tr, job).iter().any(|p| is_bound(p)) {
         return Ok(false);
     }
+    // A list by name, not a GET: the scheduler's role may list nodes, not get them.
     let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(ctx.client.clone());
-    if api.get_opt(missing).await?.is_some() {
+    let by_name = kube::api::ListParams::default().fields(&format!("metadata.name={missing}"));
+    if !api.list_metadata(&by_name).await?.items.is_empty() {
         return Ok(false);
     }
     tracing::warn!(job_id = job.job_id, group = %tr.group_key, slurm_node = %missing,
