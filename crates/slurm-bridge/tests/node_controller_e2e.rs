@@ -13,7 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use slurm_bridge::controllers::node::slurm_view::CONDITION_TYPE;
-use slurm_bridge::controllers::node::{self, NodeControllerOptions, NodeMetrics};
+use slurm_bridge::controllers::node::{self, NodeControllerOptions, NodeMetrics, ownership};
 use slurm_bridge::slurm::NodeControl;
 use slurm_bridge::slurm::SlurmNodeCache;
 use slurm_bridge::wellknown::{LABEL_EXTERNAL_NODE, TAINT_MANAGED_NODE};
@@ -39,6 +39,15 @@ impl Harness {
     /// Slurm without external nodes, a control plane with Ready nodes node-1..N, and the node
     /// controller running on a node reflector and a Slurm node listing of 500 ms.
     async fn start(nodes: usize) -> Harness {
+        Harness::start_with(nodes, |_, _| {}).await
+    }
+
+    /// As [`Harness::start`], with `before` run on both environments before the controller
+    /// starts (Slurm nodes an admin made, labels set while the bridge was down).
+    async fn start_with(
+        nodes: usize,
+        before: impl FnOnce(&slurm_testenv::Instance, &kube_testenv::Instance),
+    ) -> Harness {
         e2e::init_tracing();
         let slurm = tokio::task::spawn_blocking(|| {
             slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
@@ -53,12 +62,31 @@ impl Harness {
         let slurm = slurm.await.unwrap().expect("start Slurm");
         let kube = kube_env.client();
         let rest = e2e::rest_client(&slurm);
+        before(&slurm, &kube_env);
+        let mut registry = Registry::default();
+        let metrics = NodeMetrics::new(&mut registry);
+        let (stop, _) = watch::channel(false);
+        let mut h = Harness {
+            slurm,
+            kube_env,
+            kube,
+            rest,
+            metrics,
+            stop,
+            tasks: Vec::new(),
+        };
+        h.spawn_controller();
+        h
+    }
 
-        let mut tasks = Vec::new();
+    /// Starts the node controller on caches of its own (the previous one, if any, stopped by
+    /// [`Harness::stop_controller`]).
+    fn spawn_controller(&mut self) {
+        let kube = self.kube.clone();
         let (store, writer) = reflector::store::<Node>();
         let (tx, rx) = futures::channel::mpsc::unbounded::<ObjectRef<Node>>();
         let api: Api<Node> = Api::all(kube.clone());
-        tasks.push(tokio::spawn(
+        self.tasks.push(tokio::spawn(
             watcher(api, watcher::Config::default())
                 .default_backoff()
                 .reflect(writer)
@@ -76,21 +104,20 @@ impl Harness {
         // The ResourceSlice cache (no slices in these tests: registration from capacity).
         let (slices, slice_writer) = kube::runtime::reflector::store();
         let slice_api: Api<k8s_openapi::api::resource::v1::ResourceSlice> = Api::all(kube.clone());
-        tasks.push(tokio::spawn(
+        self.tasks.push(tokio::spawn(
             watcher(slice_api, watcher::Config::default())
                 .default_backoff()
                 .reflect(slice_writer)
                 .for_each(|_| futures::future::ready(())),
         ));
-        let cache = SlurmNodeCache::new(Arc::new(rest.clone()), Duration::from_millis(500));
-        tasks.push(tokio::spawn(cache.clone().run()));
+        let cache = SlurmNodeCache::new(Arc::new(self.rest.clone()), Duration::from_millis(500));
+        self.tasks.push(tokio::spawn(cache.clone().run()));
 
-        let mut registry = Registry::default();
-        let metrics = NodeMetrics::new(&mut registry);
         let (stop, mut stop_rx) = watch::channel(false);
-        tasks.push(tokio::spawn(node::run(
+        self.stop = stop;
+        self.tasks.push(tokio::spawn(node::run(
             kube.clone(),
-            Arc::new(rest.clone()),
+            Arc::new(self.rest.clone()),
             cache,
             store,
             rx,
@@ -101,19 +128,24 @@ impl Harness {
                 workers: 2,
                 resync: Duration::from_secs(300),
             },
-            metrics.clone(),
+            self.metrics.clone(),
             async move {
                 let _ = stop_rx.wait_for(|s| *s).await;
             },
         )));
-        Harness {
-            slurm,
-            kube_env,
-            kube,
-            rest,
-            metrics,
-            stop,
-            tasks,
+    }
+
+    /// Stops the node controller and waits until it has ended (its passes in flight done).
+    async fn stop_controller(&mut self) {
+        let _ = self.stop.send(true);
+        let mut tasks = std::mem::take(&mut self.tasks);
+        let controller = tasks.pop().expect("a running controller");
+        tokio::time::timeout(WAIT, controller)
+            .await
+            .expect("the controller stops")
+            .expect("the controller task");
+        for t in tasks {
+            t.abort();
         }
     }
 
@@ -541,5 +573,169 @@ async fn an_invalid_partition_is_reported_and_not_registered() {
     ]);
     let s = h.wait_slurm("node-1", "registered", |_| true).await;
     assert_eq!(s.features, ["slurm-bridge"], "{s:?}");
+    h.shutdown().await;
+}
+
+/// `scontrol create` of an external node as an admin makes it: no comment, no bridge mark.
+fn admin_node(slurm: &slurm_testenv::Instance, name: &str) {
+    let out = slurm
+        .exec(&[
+            "scontrol",
+            "create",
+            &format!("nodename={name}"),
+            "nodeaddr=127.0.0.1",
+            "state=external",
+            "cpus=8",
+            "realmemory=16000",
+            "features=slurm-bridge",
+        ])
+        .expect("scontrol create");
+    assert!(
+        out.status.success(),
+        "scontrol create {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn events_with(events: &[(String, String, String)], reason: &str) -> usize {
+    events.iter().filter(|(_, r, _)| r == reason).count()
+}
+
+/// Issue 21: a bridge never removes what it did not create. Admin-made external nodes behind
+/// unlabelled Kubernetes nodes of the same names are left alone with one warning each; an
+/// admin-commented one behind a labelled node is not taken over; the Go original's unmarked
+/// registration behind a labelled node is adopted (marked), its mark survives a slurmctld
+/// restart, and it is removed when its label goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
+    let h = Harness::start_with(5, |slurm, kube| {
+        for n in 1..=5 {
+            admin_node(slurm, &format!("node-{n}"));
+        }
+        let out = slurm
+            .exec(&["scontrol", "update", "nodename=node-4", "comment=rack-4"])
+            .expect("scontrol update");
+        assert!(out.status.success());
+        for n in ["node-4", "node-5"] {
+            kube.kubectl(&["label", "node", n, &label_arg()])
+                .expect("label");
+        }
+    })
+    .await;
+
+    // The original's registration (labelled, no comment): adopted.
+    h.wait_slurm("node-5", "marked as the bridge's", |n| {
+        n.comment.as_deref() == Some(ownership::owner_comment("node-5").as_str())
+    })
+    .await;
+    // Each foreign node: one warning.
+    for n in ["node-1", "node-2", "node-3"] {
+        h.wait_event(
+            n,
+            "SlurmNodeNotOwned",
+            &["not registered by slurm-bridge", "label"],
+        )
+        .await;
+    }
+    h.wait_event("node-4", "SlurmNodeNotOwned", &["rack-4", "hand it over"])
+        .await;
+    // Passes after the warnings (each seeing every change so far) change nothing and repeat no
+    // warning.
+    for n in ["node-1", "node-2", "node-3", "node-4"] {
+        h.pass_over_bridged(n).await;
+        h.pass_over_bridged(n).await;
+    }
+    for n in 1..=4 {
+        let name = format!("node-{n}");
+        let s = h.slurm_node(&name).await.expect("admin's node stays");
+        assert!(!is_drain(&s), "{s:?}");
+        let want = (n == 4).then_some("rack-4");
+        assert_eq!(
+            s.comment.as_deref().filter(|c| !c.is_empty()),
+            want,
+            "{s:?}"
+        );
+        let events = h.node_events(&name).await;
+        assert_eq!(events_with(&events, "SlurmNodeNotOwned"), 1, "{events:?}");
+        assert_eq!(events_with(&events, "SlurmNodeRemoved"), 0, "{events:?}");
+    }
+    assert_eq!(h.metrics.nodes_removed.get(), 0);
+    assert_eq!(h.metrics.nodes_drained.get(), 0);
+
+    // The mark is in slurmctld's saved state.
+    tokio::task::block_in_place(|| h.slurm.restart_slurmctld()).expect("restart slurmctld");
+    let s = h.slurm_node("node-5").await.expect("node-5 after restart");
+    assert_eq!(
+        s.comment.as_deref(),
+        Some(ownership::owner_comment("node-5").as_str()),
+        "{s:?}"
+    );
+    // So the adopted node is the bridge's: removed when its label goes.
+    h.kubectl(&[
+        "label",
+        "node",
+        "node-5",
+        &format!("{LABEL_EXTERNAL_NODE}-"),
+    ]);
+    h.wait_slurm_gone("node-5").await;
+    for n in 1..=4 {
+        assert!(h.slurm_node(&format!("node-{n}")).await.is_some());
+    }
+    h.shutdown().await;
+}
+
+/// Issue 21: the Slurm node of a deleted Kubernetes node is drained at once and removed once
+/// idle, also when the node was deleted while the bridge was down (compared at start-up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_kubernetes_node_loses_its_slurm_node() {
+    let mut h = Harness::start(3).await;
+    for n in ["node-1", "node-2", "node-3"] {
+        // In the partition, so a job can run there.
+        h.kubectl(&[
+            "annotate",
+            "node",
+            n,
+            "scheduler.slinky.slurm.net/external-node-partitions=slurm-bridge",
+        ]);
+        h.kubectl(&["label", "node", n, &label_arg()]);
+    }
+    for n in ["node-1", "node-2", "node-3"] {
+        let s = h
+            .wait_slurm(n, "registered and marked", |s| {
+                ownership::owner(s).is_some()
+            })
+            .await;
+        assert_eq!(ownership::owner(&s), Some(n), "{s:?}");
+    }
+
+    // Idle: removed.
+    h.kubectl(&["delete", "node", "node-1"]);
+    h.wait_slurm_gone("node-1").await;
+
+    // Busy: drained at once (no job starts there), removed when its job ends.
+    let job = h.busy("node-2").await;
+    h.kubectl(&["delete", "node", "node-2"]);
+    let s = h.wait_slurm("node-2", "drained", is_drain).await;
+    assert!(
+        s.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Kubernetes node node-2 is gone"),
+        "{s:?}"
+    );
+    h.rest.cancel_job(job, None, None).await.expect("cancel");
+    h.wait_slurm_gone("node-2").await;
+
+    // Deleted while the bridge is down: removed when it starts.
+    h.stop_controller().await;
+    h.kubectl(&["delete", "node", "node-3"]);
+    tokio::task::block_in_place(|| h.slurm.restart_slurmctld()).expect("restart slurmctld");
+    assert!(
+        h.slurm_node("node-3").await.is_some(),
+        "still there while down"
+    );
+    h.spawn_controller();
+    h.wait_slurm_gone("node-3").await;
+    assert_eq!(h.metrics.nodes_removed.get(), 3);
     h.shutdown().await;
 }

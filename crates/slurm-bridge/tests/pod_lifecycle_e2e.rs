@@ -355,3 +355,37 @@ async fn a_lost_kubelet_releases_its_pods_job_after_the_grace() {
     }
     env.assert_invariants().await;
 }
+
+/// Issue 21: the controllers without the scheduler (split mode) cancel the Slurm job of a pod
+/// that was force-deleted (the sweep runs wherever the pod controller runs without the
+/// scheduler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_alone_cancel_the_job_of_a_force_deleted_pod() {
+    let env = Env::start(1).await;
+    let ctrl = Controllers::start(&env, |o| o.sweep_interval = Some(Duration::from_secs(1))).await;
+    env.create_pod(pod("forced", json!({}), json!({}))).await;
+    // A job standing for it, as a scheduler in another process would have submitted.
+    let desc = slurm_rest::models::JobDescMsg {
+        flags: Some(vec![slurm_rest::models::JobFlag::ExternalJob]),
+        nodes: Some("1".into()),
+        partition: Some("slurm-bridge".into()),
+        admin_comment: Some("{\"pods\":[\"default/forced\"]}".into()),
+        current_working_directory: Some("/tmp".into()),
+        user_id: Some("0".into()),
+        group_id: Some("0".into()),
+        ..Default::default()
+    };
+    let id = env.rest.submit_job(&desc).await.expect("submit").job_id;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.job_running(id).await {
+        assert!(Instant::now() < deadline, "job {id} never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.pods()
+        .delete("forced", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("force delete");
+    env.wait_job_ended(id, Duration::from_secs(30)).await;
+    assert!(env.scontrol_job(id).contains("JobState=CANCELLED"));
+    ctrl.stop().await;
+}

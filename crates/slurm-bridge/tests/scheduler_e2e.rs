@@ -1360,3 +1360,80 @@ async fn a_pending_job_whose_nodes_become_unusable_is_reported() {
         .await;
     assert!(message.contains("stays pending"), "{message}");
 }
+
+/// Issue 21: a job Slurm starts on a Slurm node whose Kubernetes node is gone (deleted while
+/// the job was pending, its external node still IDLE) is cancelled with a reason on the pod and
+/// the pod submitted again without that node, instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_allocated_a_deleted_node_is_resubmitted_without_it() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    for n in ["a-1", "a-2"] {
+        env.create_pod(pod(n, json!({}), json!({}))).await;
+    }
+    let busy = env
+        .wait_bound(&["a-1".into(), "a-2".into()], BIND_TIMEOUT)
+        .await;
+    env.create_pod(pod("waits", json!({}), json!({}))).await;
+    env.wait_condition("waits", "SlurmJobPending", Duration::from_secs(30))
+        .await;
+    let pending = job_id_of(&env.pods().get("waits").await.unwrap());
+    // While the scheduler is down: node-1 is deleted from Kubernetes (its Slurm node stays, as
+    // without a node controller), and freed in Slurm: Slurm starts the pending job there.
+    env.stop_scheduler().await;
+    let on = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let (gone, other): (Vec<&Pod>, Vec<&Pod>) = busy.iter().partition(|p| on(p) == "node-1");
+    env.kube_env
+        .kubectl(&["delete", "node", "node-1", "--wait=false"])
+        .unwrap();
+    env.slurm
+        .run(&["scancel", &job_id_of(gone[0]).to_string()])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = env.rest.job(pending).await.unwrap();
+        if job.nodes.as_deref() == Some("node-1")
+            && job
+                .job_state
+                .contains(&slurm_rest::models::JobState::Running)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job never ran on node-1"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.start_scheduler().await;
+    // Cancelled, with the reason on the pod; a new job that excludes node-1.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !env.scontrol_job(pending).contains("JobState=CANCELLED") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job on the deleted node was not cancelled: {}",
+            env.scontrol_job(pending)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reasons = env.wait_event("waits", "SlurmAllocationUnmapped").await;
+    assert!(
+        reasons
+            .iter()
+            .any(|(_, m)| m.contains("submitted again without node-1")),
+        "{reasons:?}"
+    );
+    // When node-2 frees up, the pod runs there under its new job.
+    env.slurm
+        .run(&["scancel", &job_id_of(other[0]).to_string()])
+        .unwrap();
+    let waits = env.wait_bound(&["waits".into()], BIND_TIMEOUT).await;
+    assert_eq!(on(&waits[0]), "node-2");
+    let fresh = job_id_of(&waits[0]);
+    assert_ne!(fresh, pending);
+    assert!(
+        env.scontrol_job(fresh).contains("ExcNodeList=node-1"),
+        "{}",
+        env.scontrol_job(fresh)
+    );
+}

@@ -39,9 +39,11 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         .webhook
         .enabled()
         .then(|| args.webhook.options(cfg.clone()));
-    let ctrl_opts = args
+    let mut ctrl_opts = args
         .controllers
         .options(cfg, s.slurm_poll_interval, s.shutdown_grace);
+    // The scheduler in this process sweeps; the controllers do not do it a second time.
+    ctrl_opts.sweep_interval = None;
 
     let leadership = process::leadership(&client, lease.as_ref()).await?;
     let mut registry = Registry::default();

@@ -44,6 +44,10 @@ pub struct ControllersOptions {
     pub job_poll_interval: Duration,
     /// Interval of the Slurm node listing (when the controllers run their own caches).
     pub node_poll_interval: Duration,
+    /// Interval of the sweep that cancels jobs whose pods are all gone
+    /// ([`crate::slurm::sweep`]); None where the scheduler runs in the same process and sweeps
+    /// (`run`), so it is not done twice.
+    pub sweep_interval: Option<Duration>,
 }
 
 impl ControllersOptions {
@@ -57,6 +61,7 @@ impl ControllersOptions {
             shutdown_grace: Duration::from_secs(10),
             job_poll_interval: Duration::from_secs(1),
             node_poll_interval: Duration::from_secs(10),
+            sweep_interval: Some(Duration::from_secs(30)),
         }
     }
 
@@ -168,8 +173,25 @@ pub fn run_with<S: Slurm + NodeControl>(
                     pod_changes: caches.pod_changes(),
                     node_changes: caches.node_changes(),
                 };
+                let sweep = {
+                    let sweep = crate::slurm::sweep::Sweep {
+                        client: client.clone(),
+                        slurm: caches.handles.slurm.clone(),
+                        watcher: caches.handles.jobs.clone(),
+                        pods: caches.handles.pods.clone(),
+                    };
+                    let stop = stop_rx.clone();
+                    let interval = opts.sweep_interval;
+                    async move {
+                        // Without the scheduler in this process (split mode), nothing else
+                        // cancels the jobs of force-deleted pods.
+                        if let Some(interval) = interval {
+                            sweep.every(interval, stop).await
+                        }
+                    }
+                };
                 let pods = pod::run(pod_ctx.clone(), pod_triggers, until_true(stop_rx));
-                let mut term = Box::pin(futures::future::join(pods, nodes));
+                let mut term = Box::pin(futures::future::join3(pods, nodes, sweep));
                 let shutting_down = tokio::select! {
                     _ = &mut term => {
                         tracing::warn!("the controllers stopped; starting them again");

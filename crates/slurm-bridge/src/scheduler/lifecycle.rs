@@ -5,7 +5,7 @@ use super::context::{Ctx, Slurm};
 use super::metrics::LifecycleMetrics;
 use super::queue::PodQueue;
 use super::triggers::Triggers;
-use super::{SchedulerOptions, reconcile, sweep};
+use super::{SchedulerOptions, reconcile};
 use crate::leader::until_leadership;
 use crate::slurm::Instrumented;
 use crate::sync::until_true;
@@ -161,19 +161,18 @@ impl<S: Slurm> Lifecycle<S> {
     }
 }
 
-/// The sweep every `interval` until `stop` reads true (a sweep in flight finishes first).
+/// The sweep ([`crate::slurm::sweep`]) every `interval` until `stop` reads true (a sweep in
+/// flight finishes first).
 pub(super) async fn sweep_until<S: Slurm>(
     ctx: Arc<Ctx<S>>,
     interval: Duration,
-    mut stop: tokio_watch::Receiver<bool>,
+    stop: tokio_watch::Receiver<bool>,
 ) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        if ctx.watcher.is_synced() {
-            sweep::sweep_once(&ctx).await;
-        }
-    }
+    let sweep = crate::slurm::sweep::Sweep {
+        client: ctx.client.clone(),
+        slurm: ctx.slurm.clone(),
+        watcher: ctx.watcher.clone(),
+        pods: ctx.pods.clone(),
+    };
+    sweep.every(interval, stop).await
 }

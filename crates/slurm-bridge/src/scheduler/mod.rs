@@ -24,7 +24,6 @@ mod queue;
 pub mod reason;
 pub mod reconcile;
 pub mod rejection;
-pub mod sweep;
 mod triggers;
 
 use lifecycle::Lifecycle;

@@ -9,6 +9,7 @@ pub mod instrumented;
 pub mod job_index;
 pub mod job_watcher;
 pub mod node_cache;
+pub mod sweep;
 pub mod traits;
 
 pub use fenced::Fenced;

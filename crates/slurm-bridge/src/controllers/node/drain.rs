@@ -53,6 +53,8 @@ pub enum Removal {
     LabelRemoved,
     /// CPUs, memory or GRES changed: drained, deleted once idle, then registered again.
     Recreate(Vec<String>),
+    /// The Kubernetes node (named here) is gone: drained, deleted once idle.
+    NodeDeleted(String),
 }
 
 /// The drain reason of a removal.
@@ -62,6 +64,9 @@ pub fn removal_reason(slurm_name: &str, removal: &Removal) -> String {
         Removal::Recreate(why) => format!(
             "{REASON_MARK} re-creating external node {slurm_name} ({})",
             why.join(", ")
+        ),
+        Removal::NodeDeleted(kube) => format!(
+            "{REASON_MARK} removing external node {slurm_name}: Kubernetes node {kube} is gone"
         ),
     }
 }

@@ -6,8 +6,12 @@
 //!    GRES, partitions as `Feature=`, topology) once its partitions exist, else a Warning Event
 //!    naming the partition and those that exist; keep an existing node's features and topology
 //!    in step; a node whose CPUs, memory or GRES changed is re-created, once drained and idle,
-//!    and only if Slurm reports it EXTERNAL. Without the label, an EXTERNAL Slurm node is drained
-//!    and deleted once idle; nodes run by slurmd are never removed.
+//!    and only if Slurm reports it EXTERNAL. Without the label, an external Slurm node the
+//!    bridge registered ([`ownership`]: marked by its comment) is drained and deleted once idle;
+//!    others are left alone with one warning; nodes run by slurmd are never removed.
+//!
+//! Besides the passes, [`orphans`] drains and deletes the bridge's Slurm nodes whose Kubernetes
+//! node is gone (deleted while the bridge ran or while it was down).
 //! 2. **State** ([`drain`]): a cordon drains the Slurm node (reason `slurm-bridge: ...`), an
 //!    uncordon lifts the bridge's own drains only; one decision covers cordon and removal, so a
 //!    drain made for removal is not undone in the same or a later pass (quirk 6).
@@ -23,6 +27,8 @@
 pub mod drain;
 pub mod kube_ops;
 pub mod metrics;
+mod orphans;
+pub mod ownership;
 mod pass;
 pub mod registration;
 pub mod slurm_view;
@@ -171,6 +177,7 @@ pub async fn run_on<S, C, N, L>(
     let mut stop = Box::pin(stop);
     // Subscribed before the first pass, so no listing change falls in between.
     let slurm_changes = inputs.slurm_nodes.subscribe_changes();
+    let orphan_wake = inputs.slurm_nodes.subscribe_changes();
     let synced = async {
         inputs.slurm_nodes.wait_synced().await;
         let _ = inputs.nodes.wait_until_ready().await;
@@ -193,7 +200,25 @@ pub async fn run_on<S, C, N, L>(
         shown: Default::default(),
     });
 
-    let node_triggers = filter_node_changes(inputs.node_changes, inputs.nodes.clone());
+    // Deleted Kubernetes nodes wake the orphan sweep, as the listing's changes do.
+    let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let forward_wakes = {
+        let mut listing = orphan_wake;
+        let wake_tx = wake_tx.clone();
+        async move {
+            loop {
+                let woke = tokio::select! {
+                    c = listing.recv() => c.is_some(),
+                    g = gone_rx.recv() => g.is_some(),
+                };
+                if !woke || wake_tx.send(()).is_err() {
+                    std::future::pending::<()>().await
+                }
+            }
+        }
+    };
+    let node_triggers = filter_node_changes(inputs.node_changes, inputs.nodes.clone(), gone_tx);
     let slurm_triggers = slurm_triggers(slurm_changes, inputs.nodes.clone());
     let resync = opts.resync.max(Duration::from_secs(1));
     let resyncs =
@@ -202,6 +227,7 @@ pub async fn run_on<S, C, N, L>(
             Some(((), ()))
         }));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let orphan_sweep = orphans::run(ctx.clone(), inputs.nodes.clone(), wake_rx, stop_rx.clone());
     let graceful = async move {
         let mut rx = stop_rx;
         let _ = rx.wait_for(|s| *s).await;
@@ -229,9 +255,14 @@ pub async fn run_on<S, C, N, L>(
         let _ = stop_tx.send(true);
         std::future::pending::<()>().await
     };
+    let controller = async move {
+        // The orphan sweep ends with the stop signal; the controller after its passes in flight.
+        tokio::join!(controller, orphan_sweep);
+    };
     tokio::select! {
         _ = controller => {}
         _ = forward_stop => {}
+        _ = forward_wakes => {}
     }
     tracing::info!("node controller stopped");
 }

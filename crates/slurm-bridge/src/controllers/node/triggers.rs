@@ -53,10 +53,12 @@ pub(super) fn fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
-/// Node changes that matter to a pass (see [`fingerprint`]).
+/// Node changes that matter to a pass (see [`fingerprint`]); a node no longer cached (deleted)
+/// is sent to `gone` instead (the orphan sweep removes its Slurm node).
 pub(super) fn filter_node_changes(
     changes: impl Stream<Item = ObjectRef<Node>> + Send + 'static,
     nodes: Store<Node>,
+    gone: tokio::sync::mpsc::UnboundedSender<()>,
 ) -> impl Stream<Item = ObjectRef<Node>> + Send + 'static {
     let seen: Arc<Mutex<HashMap<String, u64>>> = Default::default();
     changes.filter(move |r| {
@@ -67,6 +69,7 @@ pub(super) fn filter_node_changes(
             }
             None => {
                 seen.locked().remove(&r.name);
+                let _ = gone.send(());
                 false
             }
         };

@@ -42,7 +42,7 @@ pub(super) async fn bind_allocation<S: Slurm>(
         .iter()
         .map(|n| (slurm_node_name(n), n.name_any()))
         .collect();
-    let kube = allocated_nodes(ctx, pod, job, &slurm_to_kube).await?;
+    let kube = allocated_nodes(ctx, pod, tr, job, &slurm_to_kube).await?;
     let members = members(tr, job);
     let plan = assign_nodes(tr, &members, &kube);
     ctx.metrics.allocated(job.job_id);
@@ -74,10 +74,14 @@ pub(super) async fn bind_allocation<S: Slurm>(
 }
 
 /// The Kubernetes nodes of the job's allocation, in Slurm's order; a node list that does not
-/// parse or names a node Kubernetes does not have is shown on the pod and fails the pass.
+/// parse or names a node Kubernetes does not have is shown on the pod and fails the pass. A job
+/// allocated a node whose Kubernetes node is gone, none of whose pods is bound yet, is cancelled
+/// ([`cancel_unmapped`]): the next pass submits the group again, and the node, matching no
+/// Kubernetes node, is among the new job's excluded nodes.
 async fn allocated_nodes<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,
+    tr: &Translation,
     job: &WatchedJob,
     slurm_to_kube: &BTreeMap<String, String>,
 ) -> Result<Vec<String>, ReconcileError> {
@@ -100,11 +104,43 @@ async fn allocated_nodes<S: Slurm>(
     match assign::kube_nodes(&slurm_names, slurm_to_kube) {
         Ok(k) => Ok(k),
         Err(e) => {
-            let message = format!("Slurm job {} allocated {nodes}: {e}", job.job_id);
+            let assign::AssignError::UnknownSlurmNode(missing) = &e;
+            let mut message = format!("Slurm job {} allocated {nodes}: {e}", job.job_id);
+            if cancel_unmapped(ctx, tr, job, missing).await? {
+                message.push_str(&format!(
+                    "; the job was cancelled and the group is submitted again without {missing}"
+                ));
+            }
             report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
             Err(e.into())
         }
     }
+}
+
+/// Cancels `job`, allocated the Slurm node `missing` that no Kubernetes node stands for, when
+/// none of its pods is bound yet and the API server confirms there is no node of that name (the
+/// node cache may lag). Returns whether it was cancelled. Waiting instead would hold the
+/// allocation forever: no pod can ever be bound to a node that does not exist.
+async fn cancel_unmapped<S: Slurm>(
+    ctx: &Ctx<S>,
+    tr: &Translation,
+    job: &WatchedJob,
+    missing: &str,
+) -> Result<bool, ReconcileError> {
+    if members(tr, job).iter().any(|p| is_bound(p)) {
+        return Ok(false);
+    }
+    // A list by name, not a GET: the scheduler's role may list nodes, not get them.
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(ctx.client.clone());
+    let by_name = kube::api::ListParams::default().fields(&format!("metadata.name={missing}"));
+    if !api.list_metadata(&by_name).await?.items.is_empty() {
+        return Ok(false);
+    }
+    tracing::warn!(job_id = job.job_id, group = %tr.group_key, slurm_node = %missing,
+        "allocated a Slurm node without a Kubernetes node; cancelling the job to submit it again");
+    ctx.slurm.cancel(job.job_id).await?;
+    ctx.watcher.refresh(job.job_id).await?;
+    Ok(true)
 }
 
 /// The group's pods the job stands for (its admin_comment; a lone pod always).

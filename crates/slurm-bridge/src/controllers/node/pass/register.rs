@@ -4,7 +4,8 @@
 use super::super::{BAD_PARTITION_RETRY, Ctx, NodeError, registration, slurm_err};
 use super::Pass;
 use super::fresh;
-use crate::controllers::node::drain::{Removal, is_external};
+use crate::controllers::node::drain::Removal;
+use crate::controllers::node::ownership::{self, Ownership};
 use crate::controllers::node::registration::Desired;
 use crate::slurm::NodeControl;
 use crate::slurm::SlurmNodes;
@@ -18,11 +19,18 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
     labelled: bool,
 ) -> Result<(Option<Desired>, Option<Removal>), NodeError> {
     if !labelled {
-        let removal = p
-            .slurm
-            .as_ref()
-            .filter(|s| is_external(s))
-            .map(|_| Removal::LabelRemoved);
+        let Some(s) = p.slurm.as_ref() else {
+            return Ok((None, None));
+        };
+        let removal = match ownership::ownership(s, false) {
+            Ownership::Ours => Some(Removal::LabelRemoved),
+            Ownership::Foreign => {
+                p.warnings
+                    .push(("SlurmNodeNotOwned", ownership::foreign_warning(s, false)));
+                None
+            }
+            Ownership::NotExternal | Ownership::Adopt => None,
+        };
         return Ok((None, removal));
     }
     let inv = crate::dra::NodeInventory::from_slices(
@@ -46,16 +54,32 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
         }
         return Ok((Some(d), None));
     };
-    if !is_external(&s) {
-        p.warnings.push((
-            "SlurmNodeNotExternal",
-            format!(
-                "Slurm node {} exists and is not an external node (it is run by slurmd): \
+    match ownership::ownership(&s, true) {
+        Ownership::Ours => {}
+        Ownership::Adopt => {
+            mark(
+                ctx,
+                p,
+                "adopting an unmarked external node (the Go original's registration)",
+            )
+            .await?;
+        }
+        Ownership::Foreign => {
+            p.warnings
+                .push(("SlurmNodeNotOwned", ownership::foreign_warning(&s, true)));
+            return Ok((Some(d), None));
+        }
+        Ownership::NotExternal => {
+            p.warnings.push((
+                "SlurmNodeNotExternal",
+                format!(
+                    "Slurm node {} exists and is not an external node (it is run by slurmd): \
                  slurm-bridge does not manage it",
-                p.slurm_name
-            ),
-        ));
-        return Ok((Some(d), None));
+                    p.slurm_name
+                ),
+            ));
+            return Ok((Some(d), None));
+        }
     }
     let why = registration::recreate_reasons(&d, &s);
     if !why.is_empty() {
@@ -146,6 +170,7 @@ pub(super) async fn create<S: NodeControl, C: SlurmNodes>(
         .await
         .map_err(slurm_err(format!("creating node {}", d.slurm_name)))?;
     ctx.metrics.nodes_registered.inc();
+    mark(ctx, p, "registered").await?;
     // The scheduler places pods on the listed Slurm nodes: list them now, not at the next poll.
     refresh_listing(ctx).await;
     p.slurm = fresh(ctx, &p.slurm_name).await?;
@@ -159,4 +184,23 @@ pub(super) async fn create<S: NodeControl, C: SlurmNodes>(
         )
         .await;
     Ok(())
+}
+
+/// Writes the bridge's mark ([`ownership::owner_comment`]) on the Slurm node, so that only
+/// nodes the bridge registered are ever removed by it.
+pub(super) async fn mark<S: NodeControl, C: SlurmNodes>(
+    ctx: &Ctx<S, C>,
+    p: &Pass<'_>,
+    why: &str,
+) -> Result<(), NodeError> {
+    let comment = ownership::owner_comment(&p.name);
+    tracing::info!(node = %p.name, slurm_node = %p.slurm_name, %comment, "marking Slurm node as the bridge's: {why}");
+    let u = slurm_rest::models::UpdateNodeMsg {
+        comment: Some(comment),
+        ..Default::default()
+    };
+    ctx.slurm
+        .update_node(&p.slurm_name, &u)
+        .await
+        .map_err(slurm_err(format!("marking node {}", p.slurm_name)))
 }
