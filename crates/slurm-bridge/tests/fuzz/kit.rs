@@ -75,6 +75,8 @@ enum Mutation {
     Replace { at: usize, byte: u8 },
     /// Copy `len` bytes from `from` to `at` (repeats structure: nesting, long lists).
     Duplicate { from: usize, len: usize, at: usize },
+    /// Insert a dictionary token `times` times at `at` (deep nesting, huge values).
+    Repeat { at: usize, token: usize, times: usize },
 }
 
 fn apply(input: &[u8], muts: &[Mutation], dict: &[&str]) -> Vec<u8> {
@@ -108,6 +110,12 @@ fn apply(input: &[u8], muts: &[Mutation], dict: &[&str]) -> Vec<u8> {
                 v.splice(at..at, piece);
             }
             Mutation::Duplicate { .. } => {}
+            Mutation::Repeat { at, token, times } if !dict.is_empty() => {
+                let a = pos(*at);
+                let piece = dict[token % dict.len()].repeat(*times);
+                v.splice(a..a, piece.bytes());
+            }
+            Mutation::Repeat { .. } => {}
         }
     }
     v
@@ -124,6 +132,8 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         1 => (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Replace { at, byte }),
         1 => (any::<usize>(), 1usize..64, any::<usize>())
             .prop_map(|(from, len, at)| Mutation::Duplicate { from, len, at }),
+        1 => (any::<usize>(), any::<usize>(), prop_oneof![2usize..64, 1000usize..20_000])
+            .prop_map(|(at, token, times)| Mutation::Repeat { at, token, times }),
     ]
 }
 
@@ -151,16 +161,14 @@ pub fn inputs(
     ]
 }
 
-/// Counts of one target's run, printed at its end.
+/// Executions of one target's run, printed at its end.
 pub struct Run {
-    pub target: &'static str,
     pub execs: AtomicU64,
 }
 
 impl Run {
-    pub fn new(target: &'static str) -> Run {
+    pub fn new() -> Run {
         Run {
-            target,
             execs: AtomicU64::new(0),
         }
     }
@@ -184,7 +192,7 @@ pub fn fuzz<S: Strategy>(
 ) where
     S::Value: std::fmt::Debug,
 {
-    let run = Run::new(target);
+    let run = Run::new();
     for (name, bytes) in corpus {
         if let Err(e) = run.exec(|| replay(bytes)) {
             panic!("fuzz {target}: corpus file {name} fails: {e}");

@@ -8,8 +8,10 @@ use slurm_bridge::slurm::job_index::WatchedJob;
 use slurm_rest::models::*;
 use std::path::Path;
 
-/// The list answers whose wrappers are private to slurm-rest, with the same field decoding.
+/// The list answers whose wrappers are private to slurm-rest, with the same field decoding
+/// (only decoded, never read).
 #[derive(Deserialize)]
+#[allow(dead_code)]
 struct Lists {
     #[serde(default)]
     nodes: Option<Vec<Node>>,
