@@ -59,7 +59,10 @@ enum Expect {
 
 /// Bad values per `slurmjob.*` key (each refused by the annotation parser).
 const BAD_VALUES: &[(&str, &[&str])] = &[
-    ("cpu-per-task", &["0", "-1", "1.5.5", "abc", "1e40", "", " "]),
+    (
+        "cpu-per-task",
+        &["0", "-1", "1.5.5", "abc", "1e40", "", " "],
+    ),
     ("mem-per-node", &["0", "-4Gi", "4GB", "1e400", "lots"]),
     ("exclusive", &["yes", "1", "", "maybe"]),
     ("max-nodes", &["0", "-1", "2147483648", "1.5", "many"]),
@@ -159,9 +162,15 @@ fn generate(rng: &mut Rng, i: usize) -> (String, Value, Expect) {
         // Huge asks Slurm or the feasibility filters refuse.
         2 => {
             match rng.below(3) {
-                0 => container["resources"] = json!({"requests": {"cpu": "100000", "memory": "10Mi"}}),
+                0 => {
+                    container["resources"] =
+                        json!({"requests": {"cpu": "100000", "memory": "10Mi"}})
+                }
                 1 => {
-                    annotations.insert(format!("{SLURMJOB_PREFIX}partition"), json!("p".repeat(5000)));
+                    annotations.insert(
+                        format!("{SLURMJOB_PREFIX}partition"),
+                        json!("p".repeat(5000)),
+                    );
                 }
                 _ => {
                     annotations.insert(format!("{SLURMJOB_PREFIX}mem-per-node"), json!("900Pi"));
@@ -252,7 +261,10 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         match create_raw(&env, &forged).await {
             Err(e) if e.contains(validate::MSG_JOBID_LABEL) => break,
             Ok(()) => {
-                env.pods().delete("probe", &Default::default()).await.unwrap();
+                env.pods()
+                    .delete("probe", &Default::default())
+                    .await
+                    .unwrap();
             }
             Err(_) => {}
         }
@@ -261,7 +273,8 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
     }
 
     let mut rng = Rng(seed);
-    let generated: Vec<(String, Value, Expect)> = (0..count).map(|i| generate(&mut rng, i)).collect();
+    let generated: Vec<(String, Value, Expect)> =
+        (0..count).map(|i| generate(&mut rng, i)).collect();
     let mut tally: BTreeMap<&str, usize> = BTreeMap::new();
     let mut created: Vec<(String, Expect)> = Vec::new();
     let started = Instant::now();
@@ -276,7 +289,9 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
                 *tally.entry("refused").or_default() += 1;
             }
             (Expect::Refused(needles), Ok(())) => {
-                panic!("{name} was admitted; expected a refusal naming one of {needles:?}\n{manifest}")
+                panic!(
+                    "{name} was admitted; expected a refusal naming one of {needles:?}\n{manifest}"
+                )
             }
             (_, Err(e)) => panic!("{name} refused ({e}); expected it admitted\n{manifest}"),
             (_, Ok(())) => created.push((name.clone(), expect.clone())),
@@ -293,22 +308,37 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
     let valid_started = Instant::now();
     let valid: Vec<String> = (0..5).map(|i| format!("valid-{i}")).collect();
     for n in &valid {
-        env.create_pod(pod(n, json!({format!("{SLURMJOB_PREFIX}exclusive"): "false"}), json!({})))
-            .await;
+        env.create_pod(pod(
+            n,
+            json!({format!("{SLURMJOB_PREFIX}exclusive"): "false"}),
+            json!({}),
+        ))
+        .await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !env.pods().list(&ListParams::default()).await.unwrap().items.iter()
+    while !env
+        .pods()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
         .filter(|p| valid.contains(&p.name_any()))
         .all(node_name_is_set)
     {
         if Instant::now() > deadline {
-            let queue = env.slurm.run(&["squeue", "-a", "-o", "%i %T %r %C %m %Q %j"]).unwrap();
+            let queue = env
+                .slurm
+                .run(&["squeue", "-a", "-o", "%i %T %r %C %m %Q %j"])
+                .unwrap();
             panic!("valid pods not bound within 30 s; Slurm's queue:\n{queue}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let valid_latency = valid_started.elapsed();
-    println!("bad_input_e2e: 5 valid pods bound {valid_latency:?} after creation, beside the broken ones");
+    println!(
+        "bad_input_e2e: 5 valid pods bound {valid_latency:?} after creation, beside the broken ones"
+    );
 
     // Every admitted pod reaches its expected state.
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -319,12 +349,17 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
     while !pending.is_empty() {
         for p in api.list(&ListParams::default()).await.unwrap().items {
             let name = p.name_any();
-            let Some(expect) = expected.get(&name) else { continue };
+            let Some(expect) = expected.get(&name) else {
+                continue;
+            };
             let cond = scheduled_condition(&p);
             let done = match expect {
                 Expect::Bound => node_name_is_set(&p),
                 Expect::InvalidAnnotation(keys) => cond.as_ref().is_some_and(|(s, r, m)| {
-                    s == "False" && r == "InvalidAnnotation" && keys.iter().any(|k| m.contains(k.as_str())) && m.contains("expected")
+                    s == "False"
+                        && r == "InvalidAnnotation"
+                        && keys.iter().any(|k| m.contains(k.as_str()))
+                        && m.contains("expected")
                 }),
                 Expect::NotScheduled => cond
                     .as_ref()
@@ -332,7 +367,11 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
                 Expect::Refused(_) => unreachable!(),
             };
             if !matches!(expect, Expect::Bound) {
-                assert!(!node_name_is_set(&p), "{name} was bound; expected {expect:?}: {}", describe(&p));
+                assert!(
+                    !node_name_is_set(&p),
+                    "{name} was bound; expected {expect:?}: {}",
+                    describe(&p)
+                );
             }
             if done {
                 pending.remove(&name);
@@ -342,9 +381,18 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         if Instant::now() > deadline {
             let states: Vec<String> = pending
                 .iter()
-                .map(|n| format!("{n}: expected {:?}, got {}", expected[n], last.get(n).map(describe).unwrap_or_default()))
+                .map(|n| {
+                    format!(
+                        "{n}: expected {:?}, got {}",
+                        expected[n],
+                        last.get(n).map(describe).unwrap_or_default()
+                    )
+                })
                 .collect();
-            panic!("pods without their expected state after 180 s:\n{}", states.join("\n"));
+            panic!(
+                "pods without their expected state after 180 s:\n{}",
+                states.join("\n")
+            );
         }
         if !pending.is_empty() {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -360,7 +408,12 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         for e in events.list(&ListParams::default()).await.unwrap().items {
             if e.data["type"] == "Warning" {
                 by_pod
-                    .entry(e.data["regarding"]["name"].as_str().unwrap_or_default().to_string())
+                    .entry(
+                        e.data["regarding"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
                     .or_default()
                     .insert(e.data["reason"].as_str().unwrap_or_default().to_string());
             }
@@ -370,13 +423,17 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
             .filter(|(_, p)| !node_name_is_set(p))
             .filter_map(|(n, p)| {
                 let reason = scheduled_condition(p)?.1;
-                (!by_pod.get(n).is_some_and(|r| r.contains(&reason))).then(|| format!("{n}: {reason}"))
+                (!by_pod.get(n).is_some_and(|r| r.contains(&reason)))
+                    .then(|| format!("{n}: {reason}"))
             })
             .collect();
         if missing.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "no Warning Event for: {missing:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no Warning Event for: {missing:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for (_, e) in &created {
@@ -390,10 +447,17 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
     }
     println!("bad_input_e2e: outcomes {tally:?}");
 
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "the bridge panicked (see the log)");
+    assert_eq!(
+        PANICS.load(Ordering::SeqCst),
+        0,
+        "the bridge panicked (see the log)"
+    );
     assert!(*env.handle().ready.borrow(), "the scheduler is still ready");
     assert!(!*env.handle().stopped.borrow(), "the scheduler still runs");
-    assert!(!*controllers.handle.stopped.borrow(), "the controllers still run");
+    assert!(
+        !*controllers.handle.stopped.borrow(),
+        "the controllers still run"
+    );
     // The lifecycle invariants, once the short-lived pods have finished and been released.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -401,16 +465,25 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         let held: Vec<String> = pods
             .iter()
             .filter(|p| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default();
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .unwrap_or_default();
                 matches!(phase, "Succeeded" | "Failed")
-                    && p.finalizers().iter().any(|f| f == slurm_bridge::wellknown::FINALIZER)
+                    && p.finalizers()
+                        .iter()
+                        .any(|f| f == slurm_bridge::wellknown::FINALIZER)
             })
             .map(|p| p.name_any())
             .collect();
         if held.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "finished pods still hold the finalizer: {held:?}");
+        assert!(
+            Instant::now() < deadline,
+            "finished pods still hold the finalizer: {held:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     env.assert_invariants().await;

@@ -27,7 +27,10 @@ fn recorded(name: &str) -> Value {
 
 /// `value` with object `at` (a JSON pointer) changed by `f`.
 fn edit(mut value: Value, at: &str, f: impl FnOnce(&mut serde_json::Map<String, Value>)) -> Value {
-    f(value.pointer_mut(at).and_then(Value::as_object_mut).expect(at));
+    f(value
+        .pointer_mut(at)
+        .and_then(Value::as_object_mut)
+        .expect(at));
     value
 }
 
@@ -37,10 +40,19 @@ async fn every_field_of_a_recorded_job_node_and_state_may_be_missing() {
     let nodes = recorded("nodes.json");
     let states = recorded("jobs_state.json");
     let keys = |v: &Value, at: &str| -> Vec<String> {
-        v.pointer(at).unwrap().as_object().unwrap().keys().cloned().collect()
+        v.pointer(at)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
     };
     let (job_keys, node_keys) = (keys(&jobs, "/jobs/0"), keys(&nodes, "/nodes/0"));
-    assert!(job_keys.len() > 100 && node_keys.len() > 50, "recorded answers are complete");
+    assert!(
+        job_keys.len() > 100 && node_keys.len() > 50,
+        "recorded answers are complete"
+    );
     let mut answers = Vec::new();
     for k in &job_keys {
         let v = edit(jobs.clone(), "/jobs/0", |o| drop(o.remove(k)));
@@ -56,15 +68,24 @@ async fn every_field_of_a_recorded_job_node_and_state_may_be_missing() {
     }
     let (c, _m) = client_for(answers).await;
     for k in &job_keys {
-        let r = c.jobs(None).await.unwrap_or_else(|e| panic!("jobs without {k}: {e}"));
+        let r = c
+            .jobs(None)
+            .await
+            .unwrap_or_else(|e| panic!("jobs without {k}: {e}"));
         assert_eq!(r.jobs.len(), 3, "without {k}");
     }
     for k in &node_keys {
-        let n = c.nodes().await.unwrap_or_else(|e| panic!("nodes without {k}: {e}"));
+        let n = c
+            .nodes()
+            .await
+            .unwrap_or_else(|e| panic!("nodes without {k}: {e}"));
         assert_eq!(n.len(), 2, "without {k}");
     }
     for k in ["job_id", "state"] {
-        let s = c.job_states().await.unwrap_or_else(|e| panic!("states without {k}: {e}"));
+        let s = c
+            .job_states()
+            .await
+            .unwrap_or_else(|e| panic!("states without {k}: {e}"));
         assert!(!s.is_empty(), "without {k}");
     }
 }
@@ -74,7 +95,10 @@ fn add_everywhere(v: &mut Value) {
     match v {
         Value::Object(o) => {
             o.values_mut().for_each(add_everywhere);
-            o.insert("x_field_of_slurm_27".into(), json!({"nested": [1, "two", null]}));
+            o.insert(
+                "x_field_of_slurm_27".into(),
+                json!({"nested": [1, "two", null]}),
+            );
         }
         Value::Array(a) => a.iter_mut().for_each(add_everywhere),
         _ => {}
@@ -84,7 +108,12 @@ fn add_everywhere(v: &mut Value) {
 #[tokio::test]
 async fn unknown_fields_anywhere_change_nothing() {
     let mut answers = Vec::new();
-    for name in ["jobs.json", "nodes.json", "jobs_state.json", "partitions.json"] {
+    for name in [
+        "jobs.json",
+        "nodes.json",
+        "jobs_state.json",
+        "partitions.json",
+    ] {
         answers.push(reply(200, &fixture(name)));
         let mut v = recorded(name);
         add_everywhere(&mut v);
@@ -114,7 +143,10 @@ impl std::io::Write for Captured {
 #[tokio::test]
 async fn new_enum_values_decode_as_other_and_are_logged_once() {
     let jobs = edit(recorded("jobs.json"), "/jobs/0", |o| {
-        o.insert("job_state".into(), json!(["RUNNING", "X_TEST_JOB_FLAG_STATE"]));
+        o.insert(
+            "job_state".into(),
+            json!(["RUNNING", "X_TEST_JOB_FLAG_STATE"]),
+        );
         let flags = o.get_mut("flags").unwrap().as_array_mut().unwrap();
         flags.push(json!("X_TEST_JOB_FLAG"));
     });
@@ -122,7 +154,11 @@ async fn new_enum_values_decode_as_other_and_are_logged_once() {
         o.insert("job_state".into(), json!(["X_TEST_BASE_STATE"]));
     });
     let nodes = edit(recorded("nodes.json"), "/nodes/0", |o| {
-        o.get_mut("state").unwrap().as_array_mut().unwrap().push(json!("X_TEST_NODE_STATE"));
+        o.get_mut("state")
+            .unwrap()
+            .as_array_mut()
+            .unwrap()
+            .push(json!("X_TEST_NODE_STATE"));
     });
     let states = edit(recorded("jobs_state.json"), "/jobs/0", |o| {
         o.insert("state".into(), json!(["X_TEST_BASE_STATE"]));
@@ -146,11 +182,21 @@ async fn new_enum_values_decode_as_other_and_are_logged_once() {
         let r = c.jobs(None).await.unwrap();
         assert_eq!(
             r.jobs[0].job_state,
-            [JobState::Running, JobState::Other("X_TEST_JOB_FLAG_STATE".into())]
+            [
+                JobState::Running,
+                JobState::Other("X_TEST_JOB_FLAG_STATE".into())
+            ]
         );
         assert!(r.jobs[0].is_running());
-        assert!(r.jobs[0].flags.contains(&JobFlag::Other("X_TEST_JOB_FLAG".into())));
-        assert_eq!(r.jobs[1].job_state, [JobState::Other("X_TEST_BASE_STATE".into())]);
+        assert!(
+            r.jobs[0]
+                .flags
+                .contains(&JobFlag::Other("X_TEST_JOB_FLAG".into()))
+        );
+        assert_eq!(
+            r.jobs[1].job_state,
+            [JobState::Other("X_TEST_BASE_STATE".into())]
+        );
         assert!(!r.jobs[1].job_state.iter().any(JobState::is_base));
         let n = c.nodes().await.unwrap();
         assert!(n[0].has_state(&NodeState::Other("X_TEST_NODE_STATE".into())));
@@ -164,9 +210,21 @@ async fn new_enum_values_decode_as_other_and_are_logged_once() {
         ("JobFlag", "X_TEST_JOB_FLAG"),
         ("NodeState", "X_TEST_NODE_STATE"),
     ] {
-        let lines: Vec<&str> = log.lines().filter(|l| l.split_whitespace().any(|w| w == format!("value={value}"))).collect();
-        assert_eq!(lines.len(), 1, "{value} logged {} times in:\n{log}", lines.len());
-        assert!(lines[0].contains("WARN") && lines[0].contains(&format!("kind=\"{kind}\"")), "{}", lines[0]);
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.split_whitespace().any(|w| w == format!("value={value}")))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{value} logged {} times in:\n{log}",
+            lines.len()
+        );
+        assert!(
+            lines[0].contains("WARN") && lines[0].contains(&format!("kind=\"{kind}\"")),
+            "{}",
+            lines[0]
+        );
         assert!(unknown_values().contains(&(kind, value.to_string())));
     }
 }
@@ -188,7 +246,10 @@ fn paths(v: &Value, at: String, out: &mut Vec<String>) {
             let k = k.replace('~', "~0").replace('/', "~1");
             paths(c, format!("{at}/{k}"), out)
         }),
-        Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| paths(c, format!("{at}/{i}"), out)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, c)| paths(c, format!("{at}/{i}"), out)),
         _ => {}
     }
     out.push(at);
@@ -199,7 +260,10 @@ fn apply(v: &mut Value, change: &Change) {
     let mut all = Vec::new();
     paths(v, String::new(), &mut all);
     let pick = |v: &Value, n: usize, pred: &dyn Fn(&Value) -> bool| -> Option<String> {
-        let c: Vec<&String> = all.iter().filter(|p| v.pointer(p).is_some_and(pred)).collect();
+        let c: Vec<&String> = all
+            .iter()
+            .filter(|p| v.pointer(p).is_some_and(pred))
+            .collect();
         (!c.is_empty()).then(|| c[n % c.len()].clone())
     };
     let is_enum = |v: &Value| {
@@ -209,7 +273,9 @@ fn apply(v: &mut Value, change: &Change) {
     };
     match change {
         Change::Remove(n) => {
-            if let Some(p) = pick(v, *n, &|v: &Value| v.as_object().is_some_and(|o| !o.is_empty())) {
+            if let Some(p) = pick(v, *n, &|v: &Value| {
+                v.as_object().is_some_and(|o| !o.is_empty())
+            }) {
                 let o = v.pointer_mut(&p).unwrap().as_object_mut().unwrap();
                 let k = o.keys().nth(*n % o.len()).unwrap().clone();
                 o.remove(&k);

@@ -200,7 +200,11 @@ mod tests {
         assert!(idx.active_for_group("h").is_empty(), "FAILED is not active");
         // A base state of a newer Slurm: active, so the group gets no second job.
         idx.upsert(job(4, JobState::Other("WARPING".into()), "k", &["ns/c"]));
-        assert_eq!(idx.active_for_group("k").len(), 1, "unknown state is active");
+        assert_eq!(
+            idx.active_for_group("k").len(),
+            1,
+            "unknown state is active"
+        );
         assert!(idx.active_for_group("k")[0].state_unknown());
         assert_eq!(idx.active_for_pod("ns/a")[0].job_id, 2);
         assert!(idx.active_for_pod("ns/b").is_empty());

@@ -76,7 +76,11 @@ enum Mutation {
     /// Copy `len` bytes from `from` to `at` (repeats structure: nesting, long lists).
     Duplicate { from: usize, len: usize, at: usize },
     /// Insert a dictionary token `times` times at `at` (deep nesting, huge values).
-    Repeat { at: usize, token: usize, times: usize },
+    Repeat {
+        at: usize,
+        token: usize,
+        times: usize,
+    },
 }
 
 fn apply(input: &[u8], muts: &[Mutation], dict: &[&str]) -> Vec<u8> {

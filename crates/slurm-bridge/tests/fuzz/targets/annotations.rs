@@ -48,7 +48,11 @@ fn check(map: &BTreeMap<String, String>) -> Result<(), TestCaseError> {
     let errors = annotations::apply(map, &mut job).err().unwrap_or_default();
     // Every error names a known key of the map, with the value given and the accepted form.
     for e in &errors {
-        prop_assert!(slurmjob::ALL.contains(&e.key.as_str()), "error for unknown key {}", e.key);
+        prop_assert!(
+            slurmjob::ALL.contains(&e.key.as_str()),
+            "error for unknown key {}",
+            e.key
+        );
         prop_assert_eq!(map.get(&e.key), Some(&e.value));
         let msg = e.to_string();
         prop_assert!(msg.contains(&e.key) && msg.contains(e.expected), "{}", msg);
@@ -74,10 +78,34 @@ fn check(map: &BTreeMap<String, String>) -> Result<(), TestCaseError> {
 }
 
 const DICT: &[&str] = &[
-    "\n", "=", "cpu-per-task=", "mem-per-node=", "exclusive=", "max-nodes=", "min-nodes=",
-    "pods-per-node=", "priority=", "timelimit=", "partition=", "gres=", "account=", "bogus=",
-    "0", "1", "-1", "4294967293", "4294967294", "2147483648", "1500m", "4Gi", "1e40", "TRUE",
-    " ", "", "x", "slinky.slurm.net/job-name=",
+    "\n",
+    "=",
+    "cpu-per-task=",
+    "mem-per-node=",
+    "exclusive=",
+    "max-nodes=",
+    "min-nodes=",
+    "pods-per-node=",
+    "priority=",
+    "timelimit=",
+    "partition=",
+    "gres=",
+    "account=",
+    "bogus=",
+    "0",
+    "1",
+    "-1",
+    "4294967293",
+    "4294967294",
+    "2147483648",
+    "1500m",
+    "4Gi",
+    "1e40",
+    "TRUE",
+    " ",
+    "",
+    "x",
+    "slinky.slurm.net/job-name=",
 ];
 
 #[test]

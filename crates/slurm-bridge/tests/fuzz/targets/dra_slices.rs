@@ -17,7 +17,11 @@ fn invariants(inv: &NodeInventory) -> Result<(), TestCaseError> {
     // Every mapped CPU is a known CPU, not an E-core, and sits in its abstract core's set.
     for (cpu, core) in &m.machine_to_abstract {
         let info = m.cpus.get(cpu);
-        prop_assert!(info.is_some_and(|i| !i.is_efficiency()), "cpu {} unmapped", cpu);
+        prop_assert!(
+            info.is_some_and(|i| !i.is_efficiency()),
+            "cpu {} unmapped",
+            cpu
+        );
         prop_assert!(m.abstract_to_machine[*core].contains(cpu));
     }
     // Abstract cores are disjoint, non-empty, and map back to themselves.
@@ -47,16 +51,40 @@ fn slices(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const DICT: &[&str] = &[
-    "{", "}", "[", "]", ",", "\"int\":", "-1", "0", "3", "9223372036854775807", "\"dra.cpu/cpuID\":",
-    "\"dra.cpu/coreID\":", "\"dra.cpu/socketID\":", "\"dra.cpu/coreType\":", "\"gpu-0\"", "\"gpu-\"",
-    "\"index\":", "\"generation\":", "null", "\"gpu.nvidia.com\"", "\"gpu.example.com\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "\"int\":",
+    "-1",
+    "0",
+    "3",
+    "9223372036854775807",
+    "\"dra.cpu/cpuID\":",
+    "\"dra.cpu/coreID\":",
+    "\"dra.cpu/socketID\":",
+    "\"dra.cpu/coreType\":",
+    "\"gpu-0\"",
+    "\"gpu-\"",
+    "\"index\":",
+    "\"generation\":",
+    "null",
+    "\"gpu.nvidia.com\"",
+    "\"gpu.example.com\"",
 ];
 
 #[test]
 fn resource_slices() {
     let corpus = kit::read_dir(&kit::corpus_dir("resource_slices"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("resource_slices", &corpus, slices, inputs(seeds, DICT), |b| slices(&b));
+    fuzz(
+        "resource_slices",
+        &corpus,
+        slices,
+        inputs(seeds, DICT),
+        |b| slices(&b),
+    );
 }
 
 /// One `dra.cpu` device; `None` attributes are left out.
@@ -64,7 +92,12 @@ fn cpu_device(
     (cpu, core, socket, kind): (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
 ) -> serde_json::Value {
     let mut attrs = serde_json::Map::new();
-    for (k, v) in [("cpuID", cpu), ("coreID", core), ("socketID", socket), ("coreType", kind)] {
+    for (k, v) in [
+        ("cpuID", cpu),
+        ("coreID", core),
+        ("socketID", socket),
+        ("coreType", kind),
+    ] {
         if let Some(v) = v {
             attrs.insert(format!("dra.cpu/{k}"), json!({"int": v}));
         }
@@ -72,7 +105,8 @@ fn cpu_device(
     json!({"name": format!("cpu{}", cpu.unwrap_or(-1)), "attributes": attrs})
 }
 
-fn cpu_layout() -> impl Strategy<Value = Vec<Vec<(Option<i64>, Option<i64>, Option<i64>, Option<i64>)>>> {
+fn cpu_layout()
+-> impl Strategy<Value = Vec<Vec<(Option<i64>, Option<i64>, Option<i64>, Option<i64>)>>> {
     let id = || proptest::option::weighted(0.95, -2i64..40);
     let kind = proptest::option::weighted(0.9, 0i64..4);
     let device = (id(), id(), id(), kind);

@@ -13,7 +13,12 @@ fn quantity(bytes: &[u8]) -> Result<(), TestCaseError> {
             // Display is exact: it parses back to the same value.
             let shown = q.to_string();
             prop_assert_eq!(Quantity::parse(&shown).ok(), Some(q), "via {}", shown);
-            let _ = (q.ceil_units(), q.ceil_milli(), q.as_integer(), q.saturating_add(q));
+            let _ = (
+                q.ceil_units(),
+                q.ceil_milli(),
+                q.as_integer(),
+                q.saturating_add(q),
+            );
         }
         Err(e) => {
             let msg = e.to_string();
@@ -24,15 +29,47 @@ fn quantity(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const QUANTITY_DICT: &[&str] = &[
-    "-", "+", ".", "0", "1", "9", "m", "n", "u", "k", "K", "M", "G", "Ki", "Mi", "Gi", "Ei", "E",
-    "e", "e3", "e-3", "e+", "e999", "E-99", "999999999999999999", "i", " ", "1.5",
+    "-",
+    "+",
+    ".",
+    "0",
+    "1",
+    "9",
+    "m",
+    "n",
+    "u",
+    "k",
+    "K",
+    "M",
+    "G",
+    "Ki",
+    "Mi",
+    "Gi",
+    "Ei",
+    "E",
+    "e",
+    "e3",
+    "e-3",
+    "e+",
+    "e999",
+    "E-99",
+    "999999999999999999",
+    "i",
+    " ",
+    "1.5",
 ];
 
 #[test]
 fn quantities() {
     let corpus = kit::read_dir(&kit::corpus_dir("quantity"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("quantity", &corpus, quantity, inputs(seeds, QUANTITY_DICT), |b| quantity(&b));
+    fuzz(
+        "quantity",
+        &corpus,
+        quantity,
+        inputs(seeds, QUANTITY_DICT),
+        |b| quantity(&b),
+    );
 }
 
 fn admin_comment(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -48,15 +85,36 @@ fn admin_comment(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const JSON_DICT: &[&str] = &[
-    "{", "}", "[", "]", ",", ":", "\"", "\"pods\"", "\"group\"", "\"uids\"", "null", "true", "1",
-    "\"ns/p\"", "\\u0000", "\\", "{\"pods\":[", "]}", " ",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "\"pods\"",
+    "\"group\"",
+    "\"uids\"",
+    "null",
+    "true",
+    "1",
+    "\"ns/p\"",
+    "\\u0000",
+    "\\",
+    "{\"pods\":[",
+    "]}",
+    " ",
 ];
 
 #[test]
 fn admin_comments() {
     let corpus = kit::read_dir(&kit::corpus_dir("admin_comment"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("admin_comment", &corpus, admin_comment, inputs(seeds, JSON_DICT), |b| {
-        admin_comment(&b)
-    });
+    fuzz(
+        "admin_comment",
+        &corpus,
+        admin_comment,
+        inputs(seeds, JSON_DICT),
+        |b| admin_comment(&b),
+    );
 }

@@ -39,31 +39,65 @@ fn admission_review(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const REVIEW_DICT: &[&str] = &[
-    "{", "}", "[", "]", ",", ":", "\"", "null", "\"CREATE\"", "\"UPDATE\"", "\"DELETE\"",
-    "\"object\":", "\"oldObject\":", "\"spec\":", "\"metadata\":", "\"annotations\":",
-    "\"labels\":", "\"resources\":", "\"limits\":", "\"nvidia.com/gpu\":\"1.5\"",
-    "\"schedulerName\":\"default-scheduler\"", "\"nodeName\":\"n1\"", "\"resize\"", "1e999",
-    "\"slurmjob.slinky.slurm.net/cpu-per-task\":\"2\"", "\"deviceclass.resource.kubernetes.io/x\":\"1\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "null",
+    "\"CREATE\"",
+    "\"UPDATE\"",
+    "\"DELETE\"",
+    "\"object\":",
+    "\"oldObject\":",
+    "\"spec\":",
+    "\"metadata\":",
+    "\"annotations\":",
+    "\"labels\":",
+    "\"resources\":",
+    "\"limits\":",
+    "\"nvidia.com/gpu\":\"1.5\"",
+    "\"schedulerName\":\"default-scheduler\"",
+    "\"nodeName\":\"n1\"",
+    "\"resize\"",
+    "1e999",
+    "\"slurmjob.slinky.slurm.net/cpu-per-task\":\"2\"",
+    "\"deviceclass.resource.kubernetes.io/x\":\"1\"",
 ];
 
 #[test]
 fn admission_reviews() {
     let corpus = kit::read_dir(&kit::corpus_dir("admission_review"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("admission_review", &corpus, admission_review, inputs(seeds, REVIEW_DICT), |b| {
-        admission_review(&b)
-    });
+    fuzz(
+        "admission_review",
+        &corpus,
+        admission_review,
+        inputs(seeds, REVIEW_DICT),
+        |b| admission_review(&b),
+    );
 }
 
 fn config(bytes: &[u8]) -> Result<(), TestCaseError> {
     let s = text(bytes);
     match Config::from_yaml(&s) {
         Ok(cfg) => prop_assert!(cfg.validate().is_ok(), "accepted an invalid config"),
-        Err(ConfigError::Field { field, expected, .. }) => {
+        Err(ConfigError::Field {
+            field, expected, ..
+        }) => {
             // A field error names a field the text has (case-insensitively) and the form.
             let lower = s.to_ascii_lowercase();
-            let head = field.split(['.', '[']).next().unwrap_or_default().to_ascii_lowercase();
-            prop_assert!(lower.contains(&head), "error names {field}, not in the text");
+            let head = field
+                .split(['.', '['])
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            prop_assert!(
+                lower.contains(&head),
+                "error names {field}, not in the text"
+            );
             prop_assert!(!expected.is_empty());
         }
         Err(e) => prop_assert!(!e.to_string().is_empty()),
@@ -72,15 +106,44 @@ fn config(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const YAML_DICT: &[&str] = &[
-    "\n", ": ", "- ", "  ", "schedulerName", "slurmRestApi", "managedNamespaces", "mcsLabel",
-    "partition", "priorityClasses", "managedNamespaceSelector", "matchLabels", "matchExpressions",
-    "qos", "priority", "http://", "https://a:6820", "[", "]", "{", "}", "&a", "*a", "!!str",
-    "---", "~", "null", "4294967294", "\"", "'", "#",
+    "\n",
+    ": ",
+    "- ",
+    "  ",
+    "schedulerName",
+    "slurmRestApi",
+    "managedNamespaces",
+    "mcsLabel",
+    "partition",
+    "priorityClasses",
+    "managedNamespaceSelector",
+    "matchLabels",
+    "matchExpressions",
+    "qos",
+    "priority",
+    "http://",
+    "https://a:6820",
+    "[",
+    "]",
+    "{",
+    "}",
+    "&a",
+    "*a",
+    "!!str",
+    "---",
+    "~",
+    "null",
+    "4294967294",
+    "\"",
+    "'",
+    "#",
 ];
 
 #[test]
 fn config_yaml() {
     let corpus = kit::read_dir(&kit::corpus_dir("config"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("config", &corpus, config, inputs(seeds, YAML_DICT), |b| config(&b));
+    fuzz("config", &corpus, config, inputs(seeds, YAML_DICT), |b| {
+        config(&b)
+    });
 }

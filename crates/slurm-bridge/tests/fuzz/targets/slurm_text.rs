@@ -34,15 +34,40 @@ fn hostlist(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const HOSTLIST_DICT: &[&str] = &[
-    "[", "]", ",", "-", " ", "0", "00", "1", "9", "007", "[1-3]", "[01-10,12]",
-    "n", "node-", "[0-99999]", "18446744073709551615", "99999999999999999999", "[,]", "[-]", "\t", "é",
+    "[",
+    "]",
+    ",",
+    "-",
+    " ",
+    "0",
+    "00",
+    "1",
+    "9",
+    "007",
+    "[1-3]",
+    "[01-10,12]",
+    "n",
+    "node-",
+    "[0-99999]",
+    "18446744073709551615",
+    "99999999999999999999",
+    "[,]",
+    "[-]",
+    "\t",
+    "é",
 ];
 
 #[test]
 fn hostlists() {
     let corpus = kit::read_dir(&kit::corpus_dir("hostlist"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("hostlist", &corpus, hostlist, inputs(seeds, HOSTLIST_DICT), |b| hostlist(&b));
+    fuzz(
+        "hostlist",
+        &corpus,
+        hostlist,
+        inputs(seeds, HOSTLIST_DICT),
+        |b| hostlist(&b),
+    );
 }
 
 fn bitmap(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -50,7 +75,12 @@ fn bitmap(bytes: &[u8]) -> Result<(), TestCaseError> {
     match parse_core_bitmap(&s) {
         Ok(cores) => {
             let formatted = format_core_bitmap(&cores);
-            prop_assert_eq!(parse_core_bitmap(&formatted).ok(), Some(cores), "via {}", formatted);
+            prop_assert_eq!(
+                parse_core_bitmap(&formatted).ok(),
+                Some(cores),
+                "via {}",
+                formatted
+            );
         }
         Err(e) => {
             let msg = e.to_string();
@@ -60,13 +90,31 @@ fn bitmap(bytes: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-const HEX_DICT: &[&str] = &["0x", "0X", "F", "f", "0", "1", "8", "FFFFFFFFFFFFFFFF", " ", "g", "-"];
+const HEX_DICT: &[&str] = &[
+    "0x",
+    "0X",
+    "F",
+    "f",
+    "0",
+    "1",
+    "8",
+    "FFFFFFFFFFFFFFFF",
+    " ",
+    "g",
+    "-",
+];
 
 #[test]
 fn core_bitmaps() {
     let corpus = kit::read_dir(&kit::corpus_dir("core_bitmap"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("core_bitmap", &corpus, bitmap, inputs(seeds, HEX_DICT), |b| bitmap(&b));
+    fuzz(
+        "core_bitmap",
+        &corpus,
+        bitmap,
+        inputs(seeds, HEX_DICT),
+        |b| bitmap(&b),
+    );
 }
 
 fn gres_index(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -85,11 +133,28 @@ fn gres_index(bytes: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-const GRES_DICT: &[&str] = &["IDX:", "[", "]", ",", "-", "0", "1", "4294967295", "4294967296", " "];
+const GRES_DICT: &[&str] = &[
+    "IDX:",
+    "[",
+    "]",
+    ",",
+    "-",
+    "0",
+    "1",
+    "4294967295",
+    "4294967296",
+    " ",
+];
 
 #[test]
 fn gres_indices() {
     let corpus = kit::read_dir(&kit::corpus_dir("gres_index"));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("gres_index", &corpus, gres_index, inputs(seeds, GRES_DICT), |b| gres_index(&b));
+    fuzz(
+        "gres_index",
+        &corpus,
+        gres_index,
+        inputs(seeds, GRES_DICT),
+        |b| gres_index(&b),
+    );
 }

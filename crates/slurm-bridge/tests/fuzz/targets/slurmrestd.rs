@@ -52,10 +52,28 @@ fn answer(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 const DICT: &[&str] = &[
-    "{", "}", "[", "]", ",", ":", "\"", "null", "true", "-1", "1e400", "18446744073709551616",
-    "\"job_state\":", "\"state\":", "\"jobs\":", "\"nodes\":", "\"flags\":", "\"NEW_STATE\"",
-    "{\"set\":true,\"infinite\":false,\"number\":", "\"admin_comment\":\"{\\\"pods\\\":[]}\"",
-    "\"errors\":[{\"error_number\":2017}]", "\"job_id\":\"1_2\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "null",
+    "true",
+    "-1",
+    "1e400",
+    "18446744073709551616",
+    "\"job_state\":",
+    "\"state\":",
+    "\"jobs\":",
+    "\"nodes\":",
+    "\"flags\":",
+    "\"NEW_STATE\"",
+    "{\"set\":true,\"infinite\":false,\"number\":",
+    "\"admin_comment\":\"{\\\"pods\\\":[]}\"",
+    "\"errors\":[{\"error_number\":2017}]",
+    "\"job_id\":\"1_2\"",
 ];
 
 #[test]
@@ -64,5 +82,7 @@ fn slurmrestd_answers() {
     let mut corpus = kit::read_dir(&recorded);
     corpus.extend(kit::read_dir(&kit::corpus_dir("slurmrestd")));
     let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("slurmrestd", &corpus, answer, inputs(seeds, DICT), |b| answer(&b));
+    fuzz("slurmrestd", &corpus, answer, inputs(seeds, DICT), |b| {
+        answer(&b)
+    });
 }
