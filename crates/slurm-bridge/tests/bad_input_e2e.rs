@@ -245,7 +245,9 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         .unwrap_or(200);
     println!("bad_input_e2e: BAD_INPUT_SEED={seed} BAD_INPUT_PODS={count}");
 
-    let mut env = Env::start(3).await;
+    // Six nodes of 8 CPUs: room for every pod that is bound (each asks one CPU) even before
+    // the short-lived ones have ended.
+    let mut env = Env::start(6).await;
     env.start_scheduler().await;
     let controllers = e2e::controllers::Controllers::start(&env, |_| {}).await;
     let mut cfg = e2e::config(&env.slurm);
