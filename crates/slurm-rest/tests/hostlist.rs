@@ -56,7 +56,10 @@ fn rejects_malformed_lists() {
 fn many_large_groups_are_refused_before_expansion() {
     let list = format!("n{}", "[0-99999]".repeat(5000));
     let err = expand(&list).unwrap_err();
-    assert!(err.to_string().contains("expands to too many hosts"), "{err}");
+    assert!(
+        err.to_string().contains("expands to too many hosts"),
+        "{err}"
+    );
     // Groups whose product fits are still expanded.
     assert_eq!(expand("r[1-2]n[1-2]x[7]").unwrap().len(), 4);
 }
