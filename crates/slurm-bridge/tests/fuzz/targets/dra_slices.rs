@@ -87,10 +87,11 @@ fn resource_slices() {
     );
 }
 
+/// A generated `dra.cpu` device: cpuID, coreID, socketID, coreType (`None`: left out).
+type CpuAttrs = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
 /// One `dra.cpu` device; `None` attributes are left out.
-fn cpu_device(
-    (cpu, core, socket, kind): (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
-) -> serde_json::Value {
+fn cpu_device((cpu, core, socket, kind): CpuAttrs) -> serde_json::Value {
     let mut attrs = serde_json::Map::new();
     for (k, v) in [
         ("cpuID", cpu),
@@ -105,8 +106,7 @@ fn cpu_device(
     json!({"name": format!("cpu{}", cpu.unwrap_or(-1)), "attributes": attrs})
 }
 
-fn cpu_layout()
--> impl Strategy<Value = Vec<Vec<(Option<i64>, Option<i64>, Option<i64>, Option<i64>)>>> {
+fn cpu_layout() -> impl Strategy<Value = Vec<Vec<CpuAttrs>>> {
     let id = || proptest::option::weighted(0.95, -2i64..40);
     let kind = proptest::option::weighted(0.9, 0i64..4);
     let device = (id(), id(), id(), kind);
