@@ -84,6 +84,9 @@ enum Piece {
 fn expand_expr(list: &str, expr: &str, out: &mut Vec<String>) -> Result<(), HostlistError> {
     let mut pieces = Vec::new();
     let mut rest = expr;
+    // Hosts the expression expands to so far: checked group by group, so that many large
+    // groups (`n[0-99999][0-99999]...`) are refused before they are all expanded in memory.
+    let mut product = 1usize;
     while let Some(open) = rest.find('[') {
         let close = rest[open..]
             .find(']')
@@ -92,7 +95,12 @@ fn expand_expr(list: &str, expr: &str, out: &mut Vec<String>) -> Result<(), Host
         if open > 0 {
             pieces.push(Piece::Text(rest[..open].to_string()));
         }
-        pieces.push(Piece::Group(expand_group(list, &rest[open + 1..close])?));
+        let group = expand_group(list, &rest[open + 1..close])?;
+        product = product
+            .checked_mul(group.len())
+            .filter(|n| out.len().saturating_add(*n) <= MAX_HOSTS)
+            .ok_or_else(|| HostlistError::new(list, "expands to too many hosts"))?;
+        pieces.push(Piece::Group(group));
         rest = &rest[close + 1..];
     }
     if !rest.is_empty() {

@@ -49,6 +49,21 @@ fn rejects_malformed_lists() {
     }
 }
 
+/// Found by fuzzing (`cargo test -p slurm-bridge --test fuzz`, target hostlist): many large
+/// bracket groups on one name were each expanded in memory before the host count was checked,
+/// so `n[0-99999]` repeated 5,000 times tried to hold 500 million strings. Now refused at once.
+#[test]
+fn many_large_groups_are_refused_before_expansion() {
+    let list = format!("n{}", "[0-99999]".repeat(5000));
+    let err = expand(&list).unwrap_err();
+    assert!(
+        err.to_string().contains("expands to too many hosts"),
+        "{err}"
+    );
+    // Groups whose product fits are still expanded.
+    assert_eq!(expand("r[1-2]n[1-2]x[7]").unwrap().len(), 4);
+}
+
 #[test]
 fn compresses_runs() {
     assert_eq!(

@@ -49,8 +49,15 @@ impl WatchedJob {
     /// Pending, running or suspended: the job still stands for its pods, so its group gets no
     /// second job. Every other state (completed, cancelled, failed, timeout, node_fail,
     /// preempted, ...) is over (fixes quirk 3, where only CANCELLED and COMPLETED counted as gone).
+    /// A job without a base state this client knows (a newer Slurm's) also counts as active:
+    /// a second job for its pods would be worse than waiting for a state we understand.
     pub fn is_active(&self) -> bool {
-        self.is_pending() || self.is_running() || self.is_suspended()
+        self.is_pending() || self.is_running() || self.is_suspended() || self.state_unknown()
+    }
+
+    /// No base state this client knows (only flags, or values of a newer Slurm).
+    pub fn state_unknown(&self) -> bool {
+        !self.state.iter().any(JobState::is_base)
     }
 
     /// Allocated and running: pods can be bound.
@@ -191,6 +198,14 @@ mod tests {
         assert_eq!(idx.active_for_group("g").len(), 1);
         assert_eq!(idx.active_for_group("g")[0].job_id, 2);
         assert!(idx.active_for_group("h").is_empty(), "FAILED is not active");
+        // A base state of a newer Slurm: active, so the group gets no second job.
+        idx.upsert(job(4, JobState::Other("WARPING".into()), "k", &["ns/c"]));
+        assert_eq!(
+            idx.active_for_group("k").len(),
+            1,
+            "unknown state is active"
+        );
+        assert!(idx.active_for_group("k")[0].state_unknown());
         assert_eq!(idx.active_for_pod("ns/a")[0].job_id, 2);
         assert!(idx.active_for_pod("ns/b").is_empty());
     }

@@ -203,3 +203,27 @@ slurm_enum! {
         Drain = "DRAIN",
     }
 }
+
+impl JobState {
+    /// True for a base state (a job has exactly one: PENDING, RUNNING, SUSPENDED, COMPLETED,
+    /// CANCELLED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, OUT_OF_MEMORY);
+    /// false for flag states such as COMPLETING and for values this client does not know.
+    pub fn is_base(&self) -> bool {
+        use JobState::*;
+        matches!(
+            self,
+            Pending
+                | Running
+                | Suspended
+                | Completed
+                | Cancelled
+                | Failed
+                | Timeout
+                | NodeFail
+                | Preempted
+                | BootFail
+                | Deadline
+                | OutOfMemory
+        )
+    }
+}

@@ -1,7 +1,8 @@
 //! Serde models of the slurmrestd data parser v0.0.44, written by hand from the OpenAPI
 //! document in `openapi/v0.0.44.json` (only what the bridge needs, with the same names and
 //! types). Unknown fields are ignored and every enum has an `Other` fallback, so a newer
-//! Slurm that adds fields or values still decodes.
+//! Slurm that adds fields or values still decodes; each unknown value is logged once
+//! ([`unknown_values`] lists them).
 
 mod common;
 mod enums;
@@ -10,6 +11,7 @@ mod node;
 mod noval;
 mod partition;
 mod reservation;
+mod unknown;
 
 pub use common::*;
 pub use enums::*;
@@ -18,6 +20,7 @@ pub use node::*;
 pub use noval::{NoVal, NoValNumber};
 pub use partition::*;
 pub use reservation::*;
+pub use unknown::unknown_values;
 
 /// Declares a string enum with serde support and an `Other(String)` fallback.
 macro_rules! slurm_enum {
@@ -69,7 +72,11 @@ macro_rules! slurm_enum {
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                Ok(Self::parse(&s))
+                let v = Self::parse(&s);
+                if let Self::Other(o) = &v {
+                    $crate::models::unknown::note(stringify!($name), o);
+                }
+                Ok(v)
             }
         }
     };

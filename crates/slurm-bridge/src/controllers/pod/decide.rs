@@ -149,7 +149,8 @@ pub fn removal_cause(job: &JobView) -> Option<Cause> {
         JobView::Unknown(_) => return Some(Cause::JobUnknown),
         JobView::Known(j) => j,
     };
-    if j.is_running() {
+    // A state this client does not know (a newer Slurm's) is no reason to stop a pod.
+    if j.is_running() || j.state_unknown() {
         return None;
     }
     let has = |s: JobState| j.state.contains(&s);
@@ -315,6 +316,13 @@ mod tests {
             (&[JobState::NodeFail], Some(Cause::NodeFailure)),
             (&[JobState::Completed], Some(Cause::JobEnded)),
             (&[JobState::Failed], Some(Cause::JobEnded)),
+            // A newer Slurm's state, or flags only: kept until the state is one we know.
+            (&[JobState::Other("WARPING".into())], None),
+            (&[JobState::Completing], None),
+            (
+                &[JobState::Completed, JobState::Other("NEW_FLAG".into())],
+                Some(Cause::JobEnded),
+            ),
         ];
         let me = running_pod("ns/a");
         for (states, want) in cases {

@@ -1,0 +1,149 @@
+//! Bodies the API server posts to the webhook, and config.yaml.
+
+use crate::kit::{self, fuzz, inputs, text};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use slurm_bridge::admission::review::{self, Verdict};
+use slurm_bridge::admission::{mutate::mutate, validate::validate};
+use slurm_bridge::config::{Config, ConfigError};
+
+const SCHEDULER: &str = "slurm-bridge-scheduler";
+
+fn admission_review(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match review::decode(bytes) {
+        Ok(req) => {
+            for managed in [false, true] {
+                let ops = mutate(&req, SCHEDULER, managed);
+                for op in &ops {
+                    let path = op["path"].as_str().unwrap_or_default();
+                    prop_assert!(
+                        path == "/spec/nodeName" || path == "/spec/schedulerName",
+                        "unexpected patch {}",
+                        op
+                    );
+                }
+                let verdict = match validate(&req, SCHEDULER, managed) {
+                    Ok(()) => Verdict::Allow(ops),
+                    Err(m) => {
+                        prop_assert!(!m.is_empty(), "denied without a message");
+                        Verdict::Deny(m)
+                    }
+                };
+                let answer = review::response(&req.uid, &verdict);
+                prop_assert_eq!(answer["response"]["uid"].as_str(), Some(req.uid.as_str()));
+            }
+        }
+        Err(e) => prop_assert!(!e.to_string().is_empty()),
+    }
+    Ok(())
+}
+
+const REVIEW_DICT: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "null",
+    "\"CREATE\"",
+    "\"UPDATE\"",
+    "\"DELETE\"",
+    "\"object\":",
+    "\"oldObject\":",
+    "\"spec\":",
+    "\"metadata\":",
+    "\"annotations\":",
+    "\"labels\":",
+    "\"resources\":",
+    "\"limits\":",
+    "\"nvidia.com/gpu\":\"1.5\"",
+    "\"schedulerName\":\"default-scheduler\"",
+    "\"nodeName\":\"n1\"",
+    "\"resize\"",
+    "1e999",
+    "\"slurmjob.slinky.slurm.net/cpu-per-task\":\"2\"",
+    "\"deviceclass.resource.kubernetes.io/x\":\"1\"",
+];
+
+#[test]
+fn admission_reviews() {
+    let corpus = kit::read_dir(&kit::corpus_dir("admission_review"));
+    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
+    fuzz(
+        "admission_review",
+        &corpus,
+        admission_review,
+        inputs(seeds, REVIEW_DICT),
+        |b| admission_review(&b),
+    );
+}
+
+fn config(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let s = text(bytes);
+    match Config::from_yaml(&s) {
+        Ok(cfg) => prop_assert!(cfg.validate().is_ok(), "accepted an invalid config"),
+        Err(ConfigError::Field {
+            field, expected, ..
+        }) => {
+            // A field error names a field the text has (case-insensitively) and the form.
+            let lower = s.to_ascii_lowercase();
+            let head = field
+                .split(['.', '['])
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            prop_assert!(
+                lower.contains(&head),
+                "error names {field}, not in the text"
+            );
+            prop_assert!(!expected.is_empty());
+        }
+        Err(e) => prop_assert!(!e.to_string().is_empty()),
+    }
+    Ok(())
+}
+
+const YAML_DICT: &[&str] = &[
+    "\n",
+    ": ",
+    "- ",
+    "  ",
+    "schedulerName",
+    "slurmRestApi",
+    "managedNamespaces",
+    "mcsLabel",
+    "partition",
+    "priorityClasses",
+    "managedNamespaceSelector",
+    "matchLabels",
+    "matchExpressions",
+    "qos",
+    "priority",
+    "http://",
+    "https://a:6820",
+    "[",
+    "]",
+    "{",
+    "}",
+    "&a",
+    "*a",
+    "!!str",
+    "---",
+    "~",
+    "null",
+    "4294967294",
+    "\"",
+    "'",
+    "#",
+];
+
+#[test]
+fn config_yaml() {
+    let corpus = kit::read_dir(&kit::corpus_dir("config"));
+    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
+    fuzz("config", &corpus, config, inputs(seeds, YAML_DICT), |b| {
+        config(&b)
+    });
+}
