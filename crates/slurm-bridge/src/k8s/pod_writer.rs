@@ -55,6 +55,8 @@ pub struct PodWriter {
     /// Bindings posted, by pod key, until the pod cache shows the pod bound ([`PodWriter::seen`])
     /// or the pod goes.
     bound: Arc<Mutex<HashMap<String, Bound>>>,
+    /// Events being sent in the background ([`PodWriter::event_in_background`]).
+    background: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
@@ -76,6 +78,7 @@ impl PodWriter {
             scheduler_name: scheduler_name.to_string(),
             written: Default::default(),
             bound: Default::default(),
+            background: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -409,6 +412,29 @@ impl PodWriter {
     ) {
         self.event_for("Scheduling", writes, pod, warning, reason, note)
             .await
+    }
+
+    /// As [`PodWriter::event`], from a task of its own: the caller (a bind) does not wait for the
+    /// Event, which no decision reads, so a pass ends one request sooner.
+    pub fn event_in_background(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        reason: &'static str,
+        note: String,
+    ) {
+        let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
+        self.background.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            writer.event(&writes, &pod, false, reason, note).await;
+            writer.background.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// Returns once no Event is being sent in the background (tests, shutdown).
+    pub async fn background_done(&self) {
+        let mut rx = self.background.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
     }
 
     /// As [`PodWriter::event`], for another `action` (what the reporter did).

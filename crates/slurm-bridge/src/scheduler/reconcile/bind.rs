@@ -204,7 +204,8 @@ async fn bind_one<S: Slurm>(
                 pod_key(p),
                 job.job_id
             );
-            ctx.writer.event(writes, p, false, "Scheduled", note).await;
+            // Off the bind path: nothing waits for the Event.
+            ctx.writer.event_in_background(writes, p, "Scheduled", note);
             Ok(true)
         }
         // Bound by an earlier pass (this one read the pod before the cache showed it):
