@@ -8,7 +8,8 @@ use kube::runtime::watcher;
 /// A pass labels the pod (version 11 on top of the 10 it read) and the cache applies 11 before
 /// the pass posts the Binding; a second pass then reads 11 from the cache, which does not show
 /// the binding yet. It must not post a second Binding (1.11 Bindings per pod in a 1,000-pod
-/// burst, before the writer kept bindings apart from versions).
+/// burst, before the writer kept bindings apart from versions), nor may a pass that took its copy
+/// just before the cache showed the pod bound (1.05 per pod, while the memo ended there).
 #[tokio::test]
 async fn a_pass_reading_the_label_version_does_not_bind_again() {
     let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
@@ -41,4 +42,20 @@ async fn a_pass_reading_the_label_version_does_not_bind_again() {
         .filter(|w| w.starts_with("bind "))
         .collect();
     assert_eq!(binds, ["bind ns/a n1"], "one Binding");
+    // The cache shows the pod bound; a pass that took its copy just before still holds 11.
+    h.ctx.pod_event(&watcher::Event::Apply(h.pod("a")));
+    let late = h
+        .ctx
+        .writer
+        .bind(writes, &labelled, "n1")
+        .await
+        .expect("bind");
+    assert!(!late, "reported as bound by the earlier pass");
+    let binds = h
+        .kube
+        .writes()
+        .into_iter()
+        .filter(|w| w.starts_with("bind "))
+        .count();
+    assert_eq!(binds, 1, "still one Binding");
 }
