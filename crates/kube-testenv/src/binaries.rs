@@ -19,6 +19,9 @@ pub struct GoModule {
     pub commands: &'static [(&'static str, &'static str)],
     /// Linker flags (the version a binary reports, as Kubernetes' own build stamps it).
     ldflags: &'static str,
+    /// About how long a first build takes on 2 cores (measured 2026-12-01, modules downloaded
+    /// once), for the progress line.
+    pub expected_secs: u64,
 }
 
 macro_rules! module_files {
@@ -51,6 +54,7 @@ pub const KUBERNETES: GoModule = GoModule {
         " -X k8s.io/client-go/pkg/version.gitMinor=36",
         " -X k8s.io/client-go/pkg/version.gitTreeState=clean",
     ),
+    expected_secs: 670,
 };
 
 /// The etcd server from go.etcd.io/etcd/server/v3.
@@ -59,6 +63,7 @@ pub const ETCD: GoModule = GoModule {
     files: module_files!("etcd": "go.mod", "go.sum", "main.go"),
     commands: &[("etcd", ".")],
     ldflags: "-s -w",
+    expected_secs: 50,
 };
 
 /// The JobSet controller manager (its main package is the module root).
@@ -67,6 +72,7 @@ pub const JOBSET: GoModule = GoModule {
     files: module_files!("jobset": "go.mod", "go.sum", "tools.go"),
     commands: &[("jobset-controller", "sigs.k8s.io/jobset")],
     ldflags: "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=v0.12.0",
+    expected_secs: 130,
 };
 
 /// The LeaderWorkerSet controller manager.
@@ -75,6 +81,7 @@ pub const LWS: GoModule = GoModule {
     files: module_files!("lws": "go.mod", "go.sum", "tools.go"),
     commands: &[("lws-controller", "sigs.k8s.io/lws/cmd")],
     ldflags: "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0",
+    expected_secs: 170,
 };
 
 /// Helm 3, for the chart tests (`helm lint`, `helm template`, `helm install`). Its k8s.io
@@ -92,6 +99,7 @@ pub const HELM: GoModule = GoModule {
         " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
         " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36",
     ),
+    expected_secs: 180,
 };
 
 /// The `helm` binary, built (once, cached) from [`HELM`].
@@ -185,6 +193,66 @@ fn go_version() -> Result<String> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Every tool `kube-testenv prepare` builds, by the name `--only` takes.
+pub const TOOLS: [(&str, &GoModule); 5] = [
+    ("kubernetes", &KUBERNETES),
+    ("etcd", &ETCD),
+    ("jobset", &JOBSET),
+    ("lws", &LWS),
+    ("helm", &HELM),
+];
+
+/// The tools named in `names` (every tool when empty), in [`TOOLS`] order; an unknown name is
+/// an error naming the accepted ones.
+pub fn tools(names: &[String]) -> Result<Vec<(&'static str, &'static GoModule)>> {
+    let accepted = || TOOLS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    if let Some(bad) = names.iter().find(|n| !TOOLS.iter().any(|(t, _)| t == n)) {
+        return Err(Error::Invalid(format!(
+            "unknown tool {bad:?} for --only: use a comma-separated list of {}",
+            accepted()
+        )));
+    }
+    Ok(TOOLS
+        .iter()
+        .filter(|(t, _)| names.is_empty() || names.iter().any(|n| n == t))
+        .copied()
+        .collect())
+}
+
+/// True when the cache holds `module`'s binaries for the Go in use.
+pub fn is_cached(module: &GoModule) -> Result<bool> {
+    let out =
+        cache_dir()
+            .join("bin")
+            .join(format!("{}-{}", module.name, module.key(&go_version()?)));
+    Ok(out.join(".complete").exists())
+}
+
+/// Builds (or finds cached) each tool, with one progress line per tool before it: cached, or
+/// building with its expected time; returns their folders.
+pub fn prepare_tools(tools: &[(&str, &GoModule)]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for (i, (name, module)) in tools.iter().enumerate() {
+        let binaries: Vec<&str> = module.commands.iter().map(|(b, _)| *b).collect();
+        let what = format!(
+            "kube-testenv: [{}/{}] {name} ({})",
+            i + 1,
+            tools.len(),
+            binaries.join(", ")
+        );
+        if is_cached(module)? {
+            eprintln!("{what}: cached");
+        } else {
+            eprintln!(
+                "{what}: building, about {} min on 2 cores the first time",
+                module.expected_secs.div_ceil(60)
+            );
+        }
+        out.push(ensure(module)?);
+    }
+    Ok(out)
 }
 
 /// Returns the folder holding `module`'s binaries, building them first if the cache lacks them.
@@ -352,5 +420,28 @@ mod tests {
     fn key_depends_on_go_version() {
         assert_ne!(ETCD.key("go1.26.8"), ETCD.key("go1.26.9"));
         assert_eq!(ETCD.key("go1.26.8"), ETCD.key("go1.26.8"));
+    }
+}
+
+#[cfg(test)]
+mod tool_tests {
+    use super::*;
+
+    #[test]
+    fn only_names_known_tools_in_their_order() {
+        let names = |v: &[&str]| -> Vec<&str> {
+            let v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+            tools(&v).unwrap().into_iter().map(|(n, _)| n).collect()
+        };
+        assert_eq!(names(&[]), ["kubernetes", "etcd", "jobset", "lws", "helm"]);
+        assert_eq!(names(&["etcd", "kubernetes"]), ["kubernetes", "etcd"]);
+        let Err(err) = tools(&["kube".to_string()]) else {
+            panic!("an unknown tool is refused");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("\"kube\"") && err.contains("kubernetes, etcd, jobset, lws, helm"),
+            "{err}"
+        );
     }
 }

@@ -36,6 +36,9 @@ pub struct InstanceOptions {
     pub nodes: Vec<NodeSpec>,
     /// Also run kube-scheduler (binds pods that name `default-scheduler`).
     pub kube_scheduler: bool,
+    /// Extra kube-scheduler flags, e.g. `--kube-api-qps=1000` for a benchmark (its client
+    /// allows 50 requests per second by default).
+    pub kube_scheduler_args: Vec<String>,
     /// Also run the JobSet and LeaderWorkerSet controllers (their CRDs are always installed).
     pub workload_controllers: bool,
     /// kube-controller-manager's `--controllers` (default `*`: every default controller); for
@@ -436,11 +439,9 @@ impl Instance {
             &kcm,
         )?;
         if opts.kube_scheduler {
-            launcher.spawn(
-                "kube-scheduler",
-                &kube_bin.join("kube-scheduler"),
-                &auth_flags(ports.scheduler),
-            )?;
+            let mut flags = auth_flags(ports.scheduler);
+            flags.extend(opts.kube_scheduler_args.iter().cloned());
+            launcher.spawn("kube-scheduler", &kube_bin.join("kube-scheduler"), &flags)?;
         }
 
         crds::install(&client, opts.workload_controllers).await?;

@@ -99,8 +99,13 @@ enum Cmd {
     /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
     /// Build (or check) the cached Kubernetes, etcd, JobSet and LeaderWorkerSet binaries, and the
-    /// chart tests' helm.
-    Prepare,
+    /// chart tests' helm; `--only kubernetes,etcd` builds just those (what `up` without
+    /// `--workload-controllers` needs).
+    Prepare {
+        /// Comma-separated tools: kubernetes, etcd, jobset, lws, helm (default: all).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -151,13 +156,11 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => foreground(&args),
-        Cmd::Prepare => {
-            for dir in kube_testenv::prepare(true)? {
+        Cmd::Prepare { only } => {
+            let tools = kube_testenv::binaries::tools(&only)?;
+            for dir in kube_testenv::binaries::prepare_tools(&tools)? {
                 eprintln!("kube-testenv: binaries ready in {}", dir.display());
             }
-            // The chart tests' helm (not needed by an instance).
-            let helm = kube_testenv::binaries::helm()?;
-            eprintln!("kube-testenv: helm ready at {}", helm.display());
             Ok(ExitCode::SUCCESS)
         }
     }

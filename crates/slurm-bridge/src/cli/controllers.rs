@@ -58,7 +58,7 @@ pub struct ControllersArgs {
 /// Runs the controllers until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
     let p = &args.process;
-    let started = process::start(&cfg, p.health_probe_bind_address).await?;
+    let started = process::start(&cfg, p).await?;
     let lease = p.lease(format!("{}-controllers", cfg.scheduler_name));
     let opts = args
         .controllers

@@ -53,9 +53,31 @@ pub struct ProcessFlags {
     /// below the pod's terminationGracePeriodSeconds).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// Kubernetes requests per second this process may start (kube-scheduler's
+    /// `clientConnection.qps`, 50 there); 0 turns the limit off. It guards the API server
+    /// against a runaway loop; the default leaves a 5,000-pod burst (about 3 writes per pod)
+    /// unthrottled on a small control plane.
+    #[arg(long, default_value_t = DEFAULT_KUBE_API_QPS)]
+    pub kube_api_qps: f64,
+    /// Requests allowed above `--kube-api-qps` in a burst (kube-scheduler's
+    /// `clientConnection.burst`, 100 there).
+    #[arg(long, default_value_t = DEFAULT_KUBE_API_BURST)]
+    pub kube_api_burst: u32,
 }
 
+/// Default of `--kube-api-qps`.
+pub const DEFAULT_KUBE_API_QPS: f64 = 1000.0;
+/// Default of `--kube-api-burst`.
+pub const DEFAULT_KUBE_API_BURST: u32 = 2000;
+
 impl ProcessFlags {
+    /// The Kubernetes client's request limits, checked.
+    pub fn kube_limits(
+        &self,
+    ) -> Result<crate::k8s::rate_limit::Limits, crate::k8s::rate_limit::LimitError> {
+        crate::k8s::rate_limit::Limits::new(self.kube_api_qps, self.kube_api_burst)
+    }
+
     /// The Lease to compete for (`None` with `--leader-elect=false`), named `default_name`
     /// unless `--leader-elect-name` is given.
     pub fn lease(&self, default_name: String) -> Option<leader::LeaseSpec> {
@@ -77,11 +99,11 @@ pub struct Started {
     pub slurm: slurm_rest::Client,
 }
 
-/// Checks the config, then opens what [`Started`] holds.
-pub async fn start(
-    cfg: &crate::config::Config,
-    probe_address: std::net::SocketAddr,
-) -> anyhow::Result<Started> {
+/// Checks the config, then opens what [`Started`] holds (the Kubernetes client with the
+/// process's request limits).
+pub async fn start(cfg: &crate::config::Config, flags: &ProcessFlags) -> anyhow::Result<Started> {
+    let limits = flags.kube_limits()?;
+    let probe_address = flags.health_probe_bind_address;
     if cfg.scheduler_name.is_empty() {
         anyhow::bail!(
             "schedulerName is not set in the config file: pods select the bridge with spec.schedulerName, e.g. slurm-bridge-scheduler"
@@ -89,7 +111,7 @@ pub async fn start(
     }
     let signals = Box::pin(signals()?);
     let listener = server::bind(probe_address).await?;
-    let client = kube::Client::try_default()
+    let client = crate::k8s::rate_limit::client(limits)
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
     let slurm = slurm_client(cfg)?;

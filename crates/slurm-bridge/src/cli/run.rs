@@ -30,7 +30,7 @@ pub struct RunArgs {
 /// Runs every component until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
     let s = &args.scheduler.process;
-    let started = process::start(&cfg, s.health_probe_bind_address).await?;
+    let started = process::start(&cfg, s).await?;
     let (client, slurm) = (started.client, started.slurm);
     let lease = s.lease(cfg.scheduler_name.clone());
     let mut sched_opts = SchedulerOptions::new(cfg.clone());

@@ -44,7 +44,7 @@ impl SchedulerArgs {
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub async fn run(cfg: Config, args: SchedulerArgs) -> anyhow::Result<()> {
     let p = &args.process;
-    let started = process::start(&cfg, p.health_probe_bind_address).await?;
+    let started = process::start(&cfg, p).await?;
     let lease = p.lease(cfg.scheduler_name.clone());
     let mut opts = SchedulerOptions::new(cfg);
     args.apply(&mut opts);

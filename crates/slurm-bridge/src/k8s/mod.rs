@@ -1,5 +1,5 @@
 //! Kubernetes pieces every component shares: the pod writer, Events, the short text of API
-//! errors, node naming, pod keys and binding, write counts.
+//! errors, node naming, pod keys and binding, write counts, the client's request limits.
 //!
 //! Nothing here knows the scheduler, the controllers, translation or Slurm: it imports only the
 //! base modules (`wellknown`, `leader`), and everything above builds on it.
@@ -10,6 +10,7 @@ pub mod fenced;
 pub mod node;
 pub mod pod;
 pub mod pod_writer;
+pub mod rate_limit;
 pub mod selector;
 pub mod writes;
 

@@ -58,6 +58,15 @@ pub struct Ctx<S> {
     /// Groups whose job description Slurm rejected for good, not sent again until it or the
     /// nodes change ([`super::rejection`]).
     pub rejections: Mutex<super::rejection::Rejections>,
+    /// Slurm node name -> Kubernetes node name ([`Ctx::slurm_to_kube`]), with the node generation
+    /// and node count it was built for.
+    pub node_names: Mutex<Option<NodeNames>>,
+}
+
+/// The node name map [`Ctx::slurm_to_kube`] keeps.
+pub struct NodeNames {
+    valid_for: (u64, usize),
+    map: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 /// The per-pod backoff of scheduling passes ([`Ctx::backoff`]): 0.5 s, 1 s, 2 s ... capped at
@@ -143,6 +152,7 @@ impl<S: Slurm> Ctx<S> {
             volume_bind_timeout: DEFAULT_VOLUME_BIND_TIMEOUT,
             volume_waits: Default::default(),
             node_generation: caches.node_generation,
+            node_names: Mutex::new(None),
             locks: Default::default(),
             metrics,
             sent: Default::default(),
@@ -226,6 +236,31 @@ impl<S: Slurm> Ctx<S> {
     /// The permanent rejections, even if a panicking holder poisoned their lock.
     pub fn rejections(&self) -> std::sync::MutexGuard<'_, super::rejection::Rejections> {
         self.rejections.locked()
+    }
+
+    /// Slurm node name -> Kubernetes node name of every cached node. Built once per node
+    /// generation (and node count), not per pass: a bind pass built it from every node, the top
+    /// item of a 1,000-pod burst's profile (O(pods x nodes)).
+    pub fn slurm_to_kube(&self) -> Arc<std::collections::BTreeMap<String, String>> {
+        use kube::ResourceExt;
+        let generation = self.node_generation.load(Ordering::Relaxed);
+        let nodes = self.nodes.state();
+        let valid_for = (generation, nodes.len());
+        let mut kept = self.node_names.locked();
+        if let Some(n) = kept.as_ref().filter(|n| n.valid_for == valid_for) {
+            return n.map.clone();
+        }
+        let map: Arc<std::collections::BTreeMap<String, String>> = Arc::new(
+            nodes
+                .iter()
+                .map(|n| (crate::k8s::slurm_node_name(n), n.name_any()))
+                .collect(),
+        );
+        *kept = Some(NodeNames {
+            valid_for,
+            map: map.clone(),
+        });
+        map
     }
 
     /// The placement cache, even if a panicking holder poisoned its lock.

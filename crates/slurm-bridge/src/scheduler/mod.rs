@@ -24,6 +24,7 @@ mod queue;
 pub mod reason;
 pub mod reconcile;
 pub mod rejection;
+mod siblings;
 mod triggers;
 
 use lifecycle::Lifecycle;

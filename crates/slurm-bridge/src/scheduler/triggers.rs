@@ -4,6 +4,7 @@
 use super::context::{Ctx, Slurm};
 use super::metrics::Metrics;
 use super::queue::PodQueue;
+use super::siblings::SiblingIndex;
 use crate::caches::Change;
 use crate::sync::MutexExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -54,6 +55,7 @@ pub(super) async fn follow_pods<S: Slurm>(
     triggers: Arc<Triggers>,
 ) {
     let mut seen: std::collections::HashMap<String, u64> = Default::default();
+    let mut siblings = SiblingIndex::default();
     while let Some(first) = changes.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = changes.try_recv() {
@@ -61,7 +63,14 @@ pub(super) async fn follow_pods<S: Slurm>(
         }
         let mut to_send: Vec<Arc<Pod>> = Vec::new();
         for change in batch {
-            follow_one(&ctx, change, &mut seen, &mut to_send, &triggers);
+            follow_one(
+                &ctx,
+                change,
+                &mut seen,
+                &mut siblings,
+                &mut to_send,
+                &triggers,
+            );
         }
         triggers.send_all(&to_send);
     }
@@ -72,12 +81,14 @@ fn follow_one<S: Slurm>(
     ctx: &Ctx<S>,
     change: Change<Pod>,
     seen: &mut std::collections::HashMap<String, u64>,
+    siblings: &mut SiblingIndex,
     to_send: &mut Vec<Arc<Pod>>,
     triggers: &Triggers,
 ) {
     ctx.pod_change(&change);
     match &change {
         Change::Applied(pod) => {
+            siblings.applied(pod);
             let key = pod.metadata.uid.clone().unwrap_or_default();
             let now = scheduling_inputs(pod);
             match seen.insert(key, now) {
@@ -85,13 +96,15 @@ fn follow_one<S: Slurm>(
                 Some(_) => to_send.push(pod.clone()),
                 None => {
                     to_send.push(pod.clone());
-                    wake_siblings(ctx, pod, triggers);
+                    wake_siblings(siblings, pod, triggers);
                 }
             }
         }
         Change::Deleted(pod) => {
-            seen.remove(pod.metadata.uid.as_deref().unwrap_or_default());
-            wake_siblings(ctx, pod, triggers);
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            seen.remove(uid);
+            siblings.remove(uid);
+            wake_siblings(siblings, pod, triggers);
         }
         Change::Relisted => {
             let cached = ctx.pods.state();
@@ -100,6 +113,7 @@ fn follow_one<S: Slurm>(
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
             seen.retain(|uid, _| live.contains(uid));
+            siblings.retain(|uid| live.contains(uid));
             // The watch was broken: a change may have been missed, or a pass may have run while
             // the store lacked its pod. Every waiting pod gets a pass, whatever `seen` says.
             to_send.extend(cached.into_iter().filter(|p| is_waiting(p)));
@@ -135,39 +149,11 @@ pub(super) async fn resync_until(
 
 /// A pod that appears or goes may complete or shrink a gang: the unbound pods of its namespace
 /// that wait for their gang, or share its Slurm job, are reconciled now rather than at their
-/// next requeue (their own condition writes start no pass).
-fn wake_siblings<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, triggers: &Triggers) {
-    let ns = pod.metadata.namespace.as_deref();
-    let job = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(crate::wellknown::LABEL_SLURM_JOBID));
-    for other in ctx.pods.state() {
-        if other.metadata.namespace.as_deref() != ns || other.metadata.uid == pod.metadata.uid {
-            continue;
-        }
-        let unbound = !crate::k8s::is_bound(&other);
-        let waiting = other
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| {
-                c.iter().any(|c| {
-                    c.type_ == "PodScheduled"
-                        && c.reason.as_deref() == Some(super::reason::WAITING_FOR_GANG)
-                })
-            });
-        let same_job = job.is_some()
-            && other
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::wellknown::LABEL_SLURM_JOBID))
-                == job;
-        if unbound && (waiting || same_job) {
-            triggers.send(ObjectRef::from_obj(&*other));
-        }
+/// next requeue (their own condition writes start no pass). Found through the index, not by a
+/// scan of every cached pod ([`SiblingIndex`]).
+fn wake_siblings(siblings: &SiblingIndex, pod: &Pod, triggers: &Triggers) {
+    for other in siblings.siblings(pod) {
+        triggers.send(other);
     }
 }
 

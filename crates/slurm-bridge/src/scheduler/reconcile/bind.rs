@@ -6,7 +6,6 @@
 use super::ReconcileError;
 use super::report::report;
 use crate::dra::claims::{self, ClaimPlan, ClaimWriter};
-use crate::k8s::slurm_node_name;
 use crate::k8s::{bound_node, is_bound};
 use crate::scheduler::assign;
 use crate::scheduler::context::{Ctx, Slurm};
@@ -36,12 +35,7 @@ pub(super) async fn bind_allocation<S: Slurm>(
     tr: &Translation,
     job: &WatchedJob,
 ) -> Result<Allocation, ReconcileError> {
-    let slurm_to_kube: BTreeMap<String, String> = ctx
-        .nodes
-        .state()
-        .iter()
-        .map(|n| (slurm_node_name(n), n.name_any()))
-        .collect();
+    let slurm_to_kube = ctx.slurm_to_kube();
     let kube = allocated_nodes(ctx, pod, tr, job, &slurm_to_kube).await?;
     let members = members(tr, job);
     let plan = assign_nodes(tr, &members, &kube);
@@ -182,12 +176,12 @@ async fn plan_claims<S: Slurm>(
     members: &[&Pod],
     slurm_to_kube: &BTreeMap<String, String>,
 ) -> Result<ClaimPlan, ReconcileError> {
-    let kube_to_slurm: BTreeMap<&String, &String> =
-        slurm_to_kube.iter().map(|(s, k)| (k, s)).collect();
+    // Called only for pods that ask for DRA devices: a search, not a reversed map per pass.
     let slurm_node = |k: &str| {
-        kube_to_slurm
-            .get(&k.to_string())
-            .map(|s| s.to_string())
+        slurm_to_kube
+            .iter()
+            .find(|(_, kube)| kube.as_str() == k)
+            .map(|(s, _)| s.to_string())
             .unwrap_or_else(|| k.to_string())
     };
     match claims::plan(writer, &*ctx.slurm, job.job_id, plan, members, slurm_node).await {
@@ -240,7 +234,8 @@ async fn bind_one<S: Slurm>(
                 pod_key(p),
                 job.job_id
             );
-            ctx.writer.event(writes, p, false, "Scheduled", note).await;
+            // Off the bind path: nothing waits for the Event.
+            ctx.writer.event_in_background(writes, p, "Scheduled", note);
             Ok(true)
         }
         // Bound by an earlier pass (this one read the pod before the cache showed it):

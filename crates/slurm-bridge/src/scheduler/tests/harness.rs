@@ -165,6 +165,8 @@ impl Harness {
         let Ok(result) = tokio::time::timeout(Duration::from_secs(5), pass).await else {
             panic!("the pass of {name} did not end within 5 s");
         };
+        // Events sent in the background are the pass's writes too.
+        self.ctx.writer.background_done().await;
         let (action, error) = match result {
             Ok(action) => (action, None),
             Err(e) => (error_policy(pod, &e, self.ctx.clone()), Some(e.to_string())),

@@ -14,6 +14,7 @@ mod harness;
 mod objects;
 mod reconcile_table;
 mod world;
+mod writer_race;
 
 pub use harness::*;
 pub use objects::*;
