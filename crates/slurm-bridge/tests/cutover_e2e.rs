@@ -18,7 +18,8 @@ mod e2e;
 use e2e::{Env, NS, SCHEDULER, job_id_of, pod};
 use k8s_openapi::api::core::v1::{Binding, Pod};
 use kube::ResourceExt;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slurm_bridge::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, TAINT_EFFECT, TAINT_MANAGED_NODE,

@@ -181,6 +181,7 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         ])
         .expect_err("the Go images were accepted")
         .to_string();
+    eprintln!("with the original's values file: {err}");
     assert!(
         err.contains("scheduler.image.repository is \"ghcr.io/slinkyproject/slurm-bridge-scheduler\""),
         "{err}"
@@ -223,6 +224,7 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
     let err = upgrade()
         .expect_err("upgraded over the original's Deployments")
         .to_string();
+    eprintln!("over the original's Deployments: {err}");
     for d in DEPLOYMENTS {
         assert!(err.contains(d), "{d} not named: {err}");
     }
@@ -290,6 +292,14 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         assert_eq!(container.image.as_deref(), Some("slurm-bridge:0.1.0"), "{d}");
         assert_eq!(container.args.as_ref().unwrap()[0], component, "{d}");
     }
+
+    // What the original had and this chart has not is gone with the upgrade.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(env.kube.clone(), RELEASE_NS);
+    assert!(services.get_opt("slurm-bridge-controllers").await.unwrap().is_none());
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.kube.clone(), RELEASE_NS);
+    assert!(config_maps.get_opt("scheduler-config").await.unwrap().is_none());
 
     // 4. It works: admitted, scheduled through Slurm, bound, runs, completes, its job ends.
     let manifest = manifest(&env);
