@@ -460,9 +460,15 @@ fn bad_values_are_refused_with_a_reason() {
 /// `helm template` with values files (`-f`) and `--set` values.
 fn try_render_files(files: &[&std::path::Path], sets: &[&str]) -> (bool, String, String) {
     let chart = chart_dir();
-    let mut args: Vec<String> = ["template", RELEASE, chart.to_str().unwrap(), "--namespace", NAMESPACE]
-        .map(String::from)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "template",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+    ]
+    .map(String::from)
+    .to_vec();
     for f in files {
         args.extend(["-f".to_string(), f.display().to_string()]);
     }
@@ -481,7 +487,10 @@ fn go_original_values() -> PathBuf {
 fn go_original_images_are_refused_naming_the_key() {
     // The original's whole values file: refused at its first Go image, named by key.
     let (ok, _, err) = try_render_files(&[&go_original_values()], &[]);
-    assert!(!ok, "the original's values file rendered with its Go images");
+    assert!(
+        !ok,
+        "the original's values file rendered with its Go images"
+    );
     assert!(
         err.contains("scheduler.image.repository")
             && err.contains("ghcr.io/slinkyproject/slurm-bridge-scheduler")
@@ -491,12 +500,30 @@ fn go_original_images_are_refused_naming_the_key() {
     );
     // Each Go image under each key, mirrored registries too.
     for (key, image) in [
-        ("scheduler.image.repository", "ghcr.io/slinkyproject/slurm-bridge-scheduler"),
-        ("controllers.image.repository", "ghcr.io/slinkyproject/slurm-bridge-controllers"),
-        ("admission.image.repository", "ghcr.io/slinkyproject/slurm-bridge-admission"),
-        ("controllers.image.repository", "registry.example/mirror/slurm-bridge-controllers"),
-        ("run.image.repository", "ghcr.io/slinkyproject/slurm-bridge-scheduler"),
-        ("image.repository", "ghcr.io/slinkyproject/slurm-bridge-admission"),
+        (
+            "scheduler.image.repository",
+            "ghcr.io/slinkyproject/slurm-bridge-scheduler",
+        ),
+        (
+            "controllers.image.repository",
+            "ghcr.io/slinkyproject/slurm-bridge-controllers",
+        ),
+        (
+            "admission.image.repository",
+            "ghcr.io/slinkyproject/slurm-bridge-admission",
+        ),
+        (
+            "controllers.image.repository",
+            "registry.example/mirror/slurm-bridge-controllers",
+        ),
+        (
+            "run.image.repository",
+            "ghcr.io/slinkyproject/slurm-bridge-scheduler",
+        ),
+        (
+            "image.repository",
+            "ghcr.io/slinkyproject/slurm-bridge-admission",
+        ),
     ] {
         let set = format!("{key}={image}");
         let (ok, _, err) = try_render(&[&set]);
@@ -526,8 +553,10 @@ fn go_original_values_without_its_images_render_this_charts_binary() {
     );
     let file = std::env::temp_dir().join(format!("go-original-values-{}.yaml", std::process::id()));
     std::fs::write(&file, edited).unwrap();
-    let (ok, out, err) =
-        try_render_files(&[&file], &["image.repository=registry.example/slurm-bridge"]);
+    let (ok, out, err) = try_render_files(
+        &[&file],
+        &["image.repository=registry.example/slurm-bridge"],
+    );
     let _ = std::fs::remove_file(&file);
     assert!(ok, "{err}");
     let docs = documents(&out);
@@ -535,7 +564,10 @@ fn go_original_values_without_its_images_render_this_charts_binary() {
         let d = find(&docs, "Deployment", &format!("{PREFIX}-{c}"));
         let container = &d["spec"]["template"]["spec"]["containers"][0];
         // One image, each Deployment with its own subcommand and only flags the binary knows.
-        assert_eq!(container["image"], "registry.example/slurm-bridge:0.1.0", "{c}");
+        assert_eq!(
+            container["image"], "registry.example/slurm-bridge:0.1.0",
+            "{c}"
+        );
         assert_eq!(container["imagePullPolicy"], "IfNotPresent", "{c}");
         let args: Vec<&str> = container["args"]
             .as_array()
@@ -544,7 +576,12 @@ fn go_original_values_without_its_images_render_this_charts_binary() {
             .map(|a| a.as_str().unwrap())
             .collect();
         assert_eq!(args[0], c, "{c}: {args:?}");
-        for gone in ["--feature-gates", "-zap-log-level", "--v=", "--metrics-bind-address"] {
+        for gone in [
+            "--feature-gates",
+            "-zap-log-level",
+            "--v=",
+            "--metrics-bind-address",
+        ] {
             assert!(!args.iter().any(|a| a.starts_with(gone)), "{c}: {args:?}");
         }
         if c != "admission" {
@@ -559,7 +596,8 @@ fn go_original_values_without_its_images_render_this_charts_binary() {
     }
     // config.yaml is the original's rendered default (reference §2.1).
     let cm = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
-    let config: Value = serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let config: Value =
+        serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(
         config,
         serde_json::json!({

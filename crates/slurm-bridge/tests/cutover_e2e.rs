@@ -7,18 +7,19 @@
 //!
 //! Left behind: a pod running on its job's node; a pod that finished while nobody watched (job
 //! still running, finalizer held); a finished pod whose job already ended (finalizer held); a pod
-//! whose job Slurm allocated but which was never bound; a pod nobody submitted yet. After the
-//! start: the running pod and its job are adopted (left running, then ended when the pod ends),
-//! the finished ones are cleaned up (job ended, finalizer released), the allocated one is bound to
-//! its job's node, the new one gets one job, and Slurm's job list before and after shows nothing
-//! submitted twice.
+//! whose job Slurm allocated but which was never bound; a pod whose job was submitted but which
+//! was never labelled; a pod nobody submitted yet. After the start: the running pod and its job
+//! are adopted (left running, then ended when the pod ends), the finished ones are cleaned up (job
+//! ended, finalizer released), the allocated and the unlabelled ones are bound to their jobs'
+//! nodes, the new one gets one job, and Slurm's job list before and after shows nothing submitted
+//! twice.
 
 mod e2e;
 
 use e2e::{Env, NS, SCHEDULER, job_id_of, pod};
 use k8s_openapi::api::core::v1::{Binding, Pod};
-use kube::ResourceExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use slurm_bridge::wellknown::{
@@ -91,10 +92,21 @@ fn holds_finalizer(p: &Pod) -> bool {
     p.finalizers().iter().any(|f| f == FINALIZER)
 }
 
+/// How far the original got with a pod before it stopped.
+#[derive(PartialEq)]
+enum Got {
+    /// Submitted, then stopped before the pod writes (its submit reported a failure: quirk 17).
+    Submitted,
+    /// Submitted, labelled, finalizer and node annotation written: not bound.
+    Labelled,
+    /// All of that, and bound.
+    Bound,
+}
+
 /// What the original does for a pod: submit its job pinned to `node`, wait until Slurm allocates
-/// it, label the pod with the job id, add the finalizer and the node annotation; with `bind`,
-/// bind it (DefaultBinder). Returns the job id.
-async fn as_the_original(env: &Env, name: &str, node: &str, bind: bool) -> u32 {
+/// it, label the pod with the job id, add the finalizer and the node annotation, bind it
+/// (DefaultBinder), as far as `got` says. Returns the job id.
+async fn as_the_original(env: &Env, name: &str, node: &str, got: Got) -> u32 {
     let id = env
         .rest
         .submit_job(&original_job(name, node))
@@ -106,6 +118,9 @@ async fn as_the_original(env: &Env, name: &str, node: &str, bind: bool) -> u32 {
         job.job_state.contains(&JobState::Running).then_some(())
     })
     .await;
+    if got == Got::Submitted {
+        return id;
+    }
     let patch = json!({"metadata": {
         "labels": {LABEL_SLURM_JOBID: id.to_string()},
         "annotations": {ANNOTATION_SLURM_NODE: node},
@@ -115,7 +130,7 @@ async fn as_the_original(env: &Env, name: &str, node: &str, bind: bool) -> u32 {
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("label the pod as the original does");
-    if bind {
+    if got == Got::Bound {
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -129,12 +144,7 @@ async fn as_the_original(env: &Env, name: &str, node: &str, bind: bool) -> u32 {
             },
         };
         env.pods()
-            .create_subresource::<Binding, Value>(
-                "binding",
-                name,
-                &PostParams::default(),
-                &binding,
-            )
+            .create_subresource::<Binding, Value>("binding", name, &PostParams::default(), &binding)
             .await
             .expect("bind as the original does");
     }
@@ -163,15 +173,17 @@ async fn run_adopts_what_the_go_original_left_and_submits_nothing_twice() {
         ("finished", 1),
         ("finished-ended", 1),
         ("allocated", 5),
+        ("unlabelled", 5),
         ("new", 5),
     ] {
         env.create_pod(original_pod(name, seconds)).await;
     }
     // The original at work, then stopped.
-    let running = as_the_original(&env, "running", "node-1", true).await;
-    let finished = as_the_original(&env, "finished", "node-2", true).await;
-    let finished_ended = as_the_original(&env, "finished-ended", "node-3", true).await;
-    let allocated = as_the_original(&env, "allocated", "node-4", false).await;
+    let running = as_the_original(&env, "running", "node-1", Got::Bound).await;
+    let finished = as_the_original(&env, "finished", "node-2", Got::Bound).await;
+    let finished_ended = as_the_original(&env, "finished-ended", "node-3", Got::Bound).await;
+    let allocated = as_the_original(&env, "allocated", "node-4", Got::Labelled).await;
+    let unlabelled = as_the_original(&env, "unlabelled", "node-5", Got::Submitted).await;
     let pods = env.pods();
     wait_until("the running pod runs", async || {
         let p = pods.get("running").await.ok()?;
@@ -194,7 +206,7 @@ async fn run_adopts_what_the_go_original_left_and_submits_nothing_twice() {
     let before: BTreeSet<u32> = env.slurm_job_ids().into_iter().collect();
     assert_eq!(
         before,
-        BTreeSet::from([running, finished, finished_ended, allocated]),
+        BTreeSet::from([running, finished, finished_ended, allocated, unlabelled]),
         "Slurm's jobs as the original leaves them"
     );
     let running_uid = pods.get("running").await.unwrap().uid();
@@ -211,6 +223,13 @@ async fn run_adopts_what_the_go_original_left_and_submits_nothing_twice() {
     assert_eq!(
         bound[0].spec.as_ref().unwrap().node_name.as_deref(),
         Some("node-4")
+    );
+    // The unlabelled pod is found through its job's admin_comment and bound with that job.
+    let bound = env.wait_bound(&["unlabelled".into()], WAIT).await;
+    assert_eq!(job_id_of(&bound[0]), unlabelled);
+    assert_eq!(
+        bound[0].spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-5")
     );
     // The new pod gets one job of its own.
     let bound = env.wait_bound(&["new".into()], WAIT).await;
@@ -245,7 +264,14 @@ async fn run_adopts_what_the_go_original_left_and_submits_nothing_twice() {
     let mut expected = before.clone();
     expected.insert(new);
     assert_eq!(after, expected, "a job was submitted twice or lost");
-    for name in ["running", "finished", "finished-ended", "allocated", "new"] {
+    for name in [
+        "running",
+        "finished",
+        "finished-ended",
+        "allocated",
+        "unlabelled",
+        "new",
+    ] {
         assert_eq!(jobs_naming(&env, name).await.len(), 1, "jobs naming {name}");
     }
 
@@ -256,7 +282,7 @@ async fn run_adopts_what_the_go_original_left_and_submits_nothing_twice() {
     })
     .await;
     env.wait_job_ended(running, WAIT).await;
-    for name in ["allocated", "new"] {
+    for name in ["allocated", "unlabelled", "new"] {
         env.wait_pod(name, "Succeeded and released", WAIT, |p| {
             p.is_some_and(|p| phase(p) == Some("Succeeded") && !holds_finalizer(p))
         })

@@ -86,7 +86,9 @@ fn start_components(env: &Env, manifest: &[Value], dir: &Path, listen: &str) -> 
                         "--health-probe-bind-address=127.0.0.1:0".into()
                     }
                     Some(("--listen", _)) => format!("--listen={listen}"),
-                    Some(("--cert-dir", _)) => format!("--cert-dir={}", dir.join("certs").display()),
+                    Some(("--cert-dir", _)) => {
+                        format!("--cert-dir={}", dir.join("certs").display())
+                    }
                     _ => a.to_string(),
                 }
             })
@@ -120,9 +122,10 @@ fn manifest(env: &Env) -> Vec<Value> {
 
 /// The original's values file without its three `*.image.repository` lines (the guide's edit).
 fn edited_values(dir: &Path) -> PathBuf {
-    let text =
-        std::fs::read_to_string(repo_path("../../helm/slurm-bridge/tests/go-original-values.yaml"))
-            .unwrap();
+    let text = std::fs::read_to_string(repo_path(
+        "../../helm/slurm-bridge/tests/go-original-values.yaml",
+    ))
+    .unwrap();
     let edited: String = text
         .lines()
         .filter(|l| !l.contains("repository: ghcr.io/slinkyproject/"))
@@ -177,13 +180,21 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
     let err = env
         .kube_env
         .helm(&[
-            "upgrade", RELEASE, &ours, "--namespace", RELEASE_NS, "-f", &original_values,
+            "upgrade",
+            RELEASE,
+            &ours,
+            "--namespace",
+            RELEASE_NS,
+            "-f",
+            &original_values,
         ])
         .expect_err("the Go images were accepted")
         .to_string();
     eprintln!("with the original's values file: {err}");
     assert!(
-        err.contains("scheduler.image.repository is \"ghcr.io/slinkyproject/slurm-bridge-scheduler\""),
+        err.contains(
+            "scheduler.image.repository is \"ghcr.io/slinkyproject/slurm-bridge-scheduler\""
+        ),
         "{err}"
     );
 
@@ -253,7 +264,10 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         )
         .await
         .expect_err("the selector changed");
-    assert!(refused.to_string().contains("field is immutable"), "{refused}");
+    assert!(
+        refused.to_string().contains("field is immutable"),
+        "{refused}"
+    );
 
     // 3. The command the message gives, then the upgrade goes through.
     let command = err
@@ -263,7 +277,9 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         .unwrap_or_else(|| panic!("no command in: {err}"));
     let words: Vec<&str> = command.split_whitespace().collect();
     assert_eq!(words[0], "kubectl", "{command}");
-    env.kube_env.kubectl(&words[1..]).expect("the given command");
+    env.kube_env
+        .kubectl(&words[1..])
+        .expect("the given command");
     let pods_in_release: Api<Pod> = Api::namespaced(env.kube.clone(), RELEASE_NS);
     wait_for(
         "the original's pods are gone",
@@ -289,17 +305,33 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         assert_eq!(sel["app.kubernetes.io/name"], "slurm-bridge", "{d}");
         assert_eq!(sel["app.kubernetes.io/component"], component, "{d}");
         let container = &spec.template.spec.unwrap().containers[0];
-        assert_eq!(container.image.as_deref(), Some("slurm-bridge:0.1.0"), "{d}");
+        assert_eq!(
+            container.image.as_deref(),
+            Some("slurm-bridge:0.1.0"),
+            "{d}"
+        );
         assert_eq!(container.args.as_ref().unwrap()[0], component, "{d}");
     }
 
     // What the original had and this chart has not is gone with the upgrade.
     let services: Api<k8s_openapi::api::core::v1::Service> =
         Api::namespaced(env.kube.clone(), RELEASE_NS);
-    assert!(services.get_opt("slurm-bridge-controllers").await.unwrap().is_none());
+    assert!(
+        services
+            .get_opt("slurm-bridge-controllers")
+            .await
+            .unwrap()
+            .is_none()
+    );
     let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(env.kube.clone(), RELEASE_NS);
-    assert!(config_maps.get_opt("scheduler-config").await.unwrap().is_none());
+    assert!(
+        config_maps
+            .get_opt("scheduler-config")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // 4. It works: admitted, scheduled through Slurm, bound, runs, completes, its job ends.
     let manifest = manifest(&env);
