@@ -19,6 +19,9 @@ pub struct GoModule {
     pub commands: &'static [(&'static str, &'static str)],
     /// Linker flags (the version a binary reports, as Kubernetes' own build stamps it).
     ldflags: &'static str,
+    /// `(folder in the module's source, folder in the cache)`: manifests (CRDs) copied next to
+    /// the binaries at build time, so an instance needs only `bin/` and the pins decide both.
+    manifests: &'static [(&'static str, &'static str)],
 }
 
 macro_rules! module_files {
@@ -51,6 +54,7 @@ pub const KUBERNETES: GoModule = GoModule {
         " -X k8s.io/client-go/pkg/version.gitMinor=36",
         " -X k8s.io/client-go/pkg/version.gitTreeState=clean",
     ),
+    manifests: &[],
 };
 
 /// The etcd server from go.etcd.io/etcd/server/v3.
@@ -59,6 +63,7 @@ pub const ETCD: GoModule = GoModule {
     files: module_files!("etcd": "go.mod", "go.sum", "main.go"),
     commands: &[("etcd", ".")],
     ldflags: "-s -w",
+    manifests: &[],
 };
 
 /// The JobSet controller manager (its main package is the module root).
@@ -67,6 +72,7 @@ pub const JOBSET: GoModule = GoModule {
     files: module_files!("jobset": "go.mod", "go.sum", "tools.go"),
     commands: &[("jobset-controller", "sigs.k8s.io/jobset")],
     ldflags: "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=v0.12.0",
+    manifests: &[],
 };
 
 /// The LeaderWorkerSet controller manager.
@@ -75,6 +81,29 @@ pub const LWS: GoModule = GoModule {
     files: module_files!("lws": "go.mod", "go.sum", "tools.go"),
     commands: &[("lws-controller", "sigs.k8s.io/lws/cmd")],
     ldflags: "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0",
+    manifests: &[],
+};
+
+/// The Kubeflow Trainer controller manager (v2); its CRDs come from the module's
+/// `manifests/base/crds`. It creates JobSets, so it runs with the JobSet controller.
+pub const TRAINER: GoModule = GoModule {
+    name: "trainer",
+    files: module_files!("trainer": "go.mod", "go.sum", "tools.go"),
+    commands: &[(
+        "trainer-controller-manager",
+        "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
+    )],
+    ldflags: "-s -w",
+    manifests: &[("manifests/base/crds", "crds")],
+};
+
+/// The Kueue controller manager; its CRDs come from the module's `config/components/crd/bases`.
+pub const KUEUE: GoModule = GoModule {
+    name: "kueue",
+    files: module_files!("kueue": "go.mod", "go.sum", "tools.go"),
+    commands: &[("kueue", "sigs.k8s.io/kueue/cmd/kueue")],
+    ldflags: "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=v0.17.0",
+    manifests: &[("config/components/crd/bases", "crds")],
 };
 
 /// Helm 3, for the chart tests (`helm lint`, `helm template`, `helm install`). Its k8s.io
@@ -92,6 +121,7 @@ pub const HELM: GoModule = GoModule {
         " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
         " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36",
     ),
+    manifests: &[],
 };
 
 /// The `helm` binary, built (once, cached) from [`HELM`].
@@ -153,6 +183,10 @@ impl GoModule {
         for (bin, pkg) in self.commands {
             feed(bin.as_bytes());
             feed(pkg.as_bytes());
+        }
+        for (from, to) in self.manifests {
+            feed(from.as_bytes());
+            feed(to.as_bytes());
         }
         format!("{h:016x}")
     }
@@ -235,6 +269,9 @@ fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Resul
     for (binary, package) in module.commands {
         build_one(module, &src, &tmp, cache, binary, package)?;
     }
+    for (from, to) in module.manifests {
+        copy_manifests(module, &src, cache, from, &tmp.join(to))?;
+    }
     fs::write(tmp.join(".complete"), format!("{go_version}\n"))
         .map_err(Error::io("mark build complete"))?;
     let _ = fs::remove_dir_all(out);
@@ -245,6 +282,56 @@ fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Resul
             module.name,
             started.elapsed().as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Copies the `*.yaml` files (not `kustomization.yaml`) of `from` in the required module's
+/// source (as `go list -m` finds it in the module cache) into `to`.
+fn copy_manifests(
+    module: &GoModule,
+    src: &Path,
+    cache: &Path,
+    from: &str,
+    to: &Path,
+) -> Result<()> {
+    let required = module.pinned();
+    let path = required.split(' ').next().unwrap_or_default();
+    let out = Command::new(go_command())
+        .current_dir(src)
+        .args(["list", "-m", "-f", "{{.Dir}}", path])
+        .env("GOMODCACHE", cache.join("gomod"))
+        .env("GOCACHE", cache.join("gocache"))
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-buildvcs=false -mod=readonly")
+        .output()
+        .map_err(|e| Error::GoMissing {
+            message: e.to_string(),
+        })?;
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || dir.is_empty() {
+        return Err(Error::Invalid(format!(
+            "go list -m {path}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let from_dir = Path::new(&dir).join(from);
+    fs::create_dir_all(to).map_err(Error::io(format!("create {}", to.display())))?;
+    let entries =
+        fs::read_dir(&from_dir).map_err(Error::io(format!("read {}", from_dir.display())))?;
+    let mut copied = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.ends_with(".yaml") && name != "kustomization.yaml" {
+            fs::copy(e.path(), to.join(&name)).map_err(Error::io(format!("copy {name}")))?;
+            copied += 1;
+        }
+    }
+    if copied == 0 {
+        return Err(Error::Invalid(format!(
+            "{required}: no manifests in {}",
+            from_dir.display()
+        )));
     }
     Ok(())
 }
@@ -345,6 +432,17 @@ mod tests {
         assert!(
             HELM.ldflags
                 .contains(&format!("version.version={version} "))
+        );
+    }
+
+    #[test]
+    fn trainer_and_kueue_are_pinned() {
+        assert_eq!(TRAINER.pinned(), "github.com/kubeflow/trainer/v2 v2.0.0");
+        assert_eq!(KUEUE.pinned(), "sigs.k8s.io/kueue v0.17.0");
+        assert!(
+            KUEUE
+                .ldflags
+                .ends_with(KUEUE.pinned().split(' ').nth(1).unwrap())
         );
     }
 
