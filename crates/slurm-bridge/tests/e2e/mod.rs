@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod controllers;
 
 use k8s_openapi::api::core::v1::Pod;
