@@ -1135,12 +1135,14 @@ fn owner_fallback_rule() {
     let owner = m(&[(key::PARTITION, "o"), ("other/x", "y")]);
     let no_slurm_keys = m(&[("other/x", "y")]);
     // (own, owner, expected keys, source mentions the owner)
-    let cases: Vec<(
+    /// (own, owner, expected keys, source mentions the owner)
+    type Case<'a> = (
         BTreeMap<String, String>,
-        Option<&BTreeMap<String, String>>,
-        Vec<&str>,
+        Option<&'a BTreeMap<String, String>>,
+        Vec<&'a str>,
         bool,
-    )> = vec![
+    );
+    let cases: Vec<Case> = vec![
         (m(&[]), Some(&owner), vec![key::PARTITION], true),
         (
             m(&[("app", "v")]),
