@@ -22,6 +22,9 @@ pub struct GoModule {
     /// About how long a first build takes on 2 cores (measured 2026-12-01, modules downloaded
     /// once), for the progress line.
     pub expected_secs: u64,
+    /// `(folder in the module's source, folder in the cache)`: manifests (CRDs) copied next to
+    /// the binaries at build time, so an instance needs only `bin/` and the pins decide both.
+    manifests: &'static [(&'static str, &'static str)],
 }
 
 macro_rules! module_files {
@@ -55,6 +58,7 @@ pub const KUBERNETES: GoModule = GoModule {
         " -X k8s.io/client-go/pkg/version.gitTreeState=clean",
     ),
     expected_secs: 670,
+    manifests: &[],
 };
 
 /// The etcd server from go.etcd.io/etcd/server/v3.
@@ -64,6 +68,7 @@ pub const ETCD: GoModule = GoModule {
     commands: &[("etcd", ".")],
     ldflags: "-s -w",
     expected_secs: 50,
+    manifests: &[],
 };
 
 /// The JobSet controller manager (its main package is the module root).
@@ -73,6 +78,7 @@ pub const JOBSET: GoModule = GoModule {
     commands: &[("jobset-controller", "sigs.k8s.io/jobset")],
     ldflags: "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=v0.12.0",
     expected_secs: 130,
+    manifests: &[],
 };
 
 /// The LeaderWorkerSet controller manager.
@@ -82,6 +88,31 @@ pub const LWS: GoModule = GoModule {
     commands: &[("lws-controller", "sigs.k8s.io/lws/cmd")],
     ldflags: "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0",
     expected_secs: 170,
+    manifests: &[],
+};
+
+/// The Kubeflow Trainer controller manager (v2); its CRDs come from the module's
+/// `manifests/base/crds`. It creates JobSets, so it runs with the JobSet controller.
+pub const TRAINER: GoModule = GoModule {
+    name: "trainer",
+    files: module_files!("trainer": "go.mod", "go.sum", "tools.go"),
+    commands: &[(
+        "trainer-controller-manager",
+        "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
+    )],
+    ldflags: "-s -w",
+    manifests: &[("manifests/base/crds", "crds")],
+    expected_secs: 190,
+};
+
+/// The Kueue controller manager; its CRDs come from the module's `config/components/crd/bases`.
+pub const KUEUE: GoModule = GoModule {
+    name: "kueue",
+    files: module_files!("kueue": "go.mod", "go.sum", "tools.go"),
+    commands: &[("kueue", "sigs.k8s.io/kueue/cmd/kueue")],
+    ldflags: "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=v0.17.0",
+    manifests: &[("config/components/crd/bases", "crds")],
+    expected_secs: 450,
 };
 
 /// Helm 3, for the chart tests (`helm lint`, `helm template`, `helm install`). Its k8s.io
@@ -100,6 +131,7 @@ pub const HELM: GoModule = GoModule {
         " -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36",
     ),
     expected_secs: 180,
+    manifests: &[],
 };
 
 /// The `helm` binary, built (once, cached) from [`HELM`].
@@ -162,6 +194,10 @@ impl GoModule {
             feed(bin.as_bytes());
             feed(pkg.as_bytes());
         }
+        for (from, to) in self.manifests {
+            feed(from.as_bytes());
+            feed(to.as_bytes());
+        }
         format!("{h:016x}")
     }
 }
@@ -196,11 +232,13 @@ fn go_version() -> Result<String> {
 }
 
 /// Every tool `kube-testenv prepare` builds, by the name `--only` takes.
-pub const TOOLS: [(&str, &GoModule); 5] = [
+pub const TOOLS: [(&str, &GoModule); 7] = [
     ("kubernetes", &KUBERNETES),
     ("etcd", &ETCD),
     ("jobset", &JOBSET),
     ("lws", &LWS),
+    ("trainer", &TRAINER),
+    ("kueue", &KUEUE),
     ("helm", &HELM),
 ];
 
@@ -303,6 +341,9 @@ fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Resul
     for (binary, package) in module.commands {
         build_one(module, &src, &tmp, cache, binary, package)?;
     }
+    for (from, to) in module.manifests {
+        copy_manifests(module, &src, cache, from, &tmp.join(to))?;
+    }
     fs::write(tmp.join(".complete"), format!("{go_version}\n"))
         .map_err(Error::io("mark build complete"))?;
     let _ = fs::remove_dir_all(out);
@@ -313,6 +354,56 @@ fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Resul
             module.name,
             started.elapsed().as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Copies the `*.yaml` files (not `kustomization.yaml`) of `from` in the required module's
+/// source (as `go list -m` finds it in the module cache) into `to`.
+fn copy_manifests(
+    module: &GoModule,
+    src: &Path,
+    cache: &Path,
+    from: &str,
+    to: &Path,
+) -> Result<()> {
+    let required = module.pinned();
+    let path = required.split(' ').next().unwrap_or_default();
+    let out = Command::new(go_command())
+        .current_dir(src)
+        .args(["list", "-m", "-f", "{{.Dir}}", path])
+        .env("GOMODCACHE", cache.join("gomod"))
+        .env("GOCACHE", cache.join("gocache"))
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-buildvcs=false -mod=readonly")
+        .output()
+        .map_err(|e| Error::GoMissing {
+            message: e.to_string(),
+        })?;
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || dir.is_empty() {
+        return Err(Error::Invalid(format!(
+            "go list -m {path}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let from_dir = Path::new(&dir).join(from);
+    fs::create_dir_all(to).map_err(Error::io(format!("create {}", to.display())))?;
+    let entries =
+        fs::read_dir(&from_dir).map_err(Error::io(format!("read {}", from_dir.display())))?;
+    let mut copied = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.ends_with(".yaml") && name != "kustomization.yaml" {
+            fs::copy(e.path(), to.join(&name)).map_err(Error::io(format!("copy {name}")))?;
+            copied += 1;
+        }
+    }
+    if copied == 0 {
+        return Err(Error::Invalid(format!(
+            "{required}: no manifests in {}",
+            from_dir.display()
+        )));
     }
     Ok(())
 }
@@ -413,6 +504,17 @@ mod tests {
         assert!(
             HELM.ldflags
                 .contains(&format!("version.version={version} "))
+        );
+    }
+
+    #[test]
+    fn trainer_and_kueue_are_pinned() {
+        assert_eq!(TRAINER.pinned(), "github.com/kubeflow/trainer/v2 v2.0.0");
+        assert_eq!(KUEUE.pinned(), "sigs.k8s.io/kueue v0.17.0");
+        assert!(
+            KUEUE
+                .ldflags
+                .ends_with(KUEUE.pinned().split(' ').nth(1).unwrap())
         );
     }
 

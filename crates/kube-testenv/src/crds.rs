@@ -1,11 +1,14 @@
 //! CustomResourceDefinitions every instance has: the coscheduling PodGroup (written here, as
 //! sigs.k8s.io/scheduler-plugins is not served by the module proxy), and JobSet and
-//! LeaderWorkerSet as their controllers' modules ship them.
+//! LeaderWorkerSet as their controllers' modules ship them; Kueue's and Trainer's only with
+//! their controllers, read from the `crds/` folder their build copied from the module.
 
 use crate::error::{Error, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use std::fs;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// `(file, YAML)` of each CRD, embedded from `crds/`.
@@ -35,9 +38,30 @@ pub fn parse(file: &str, yaml: &str) -> Result<CustomResourceDefinition> {
     serde_saphyr::from_str(yaml).map_err(|e| Error::Invalid(format!("CRD {file}: {e}")))
 }
 
-/// Applies every CRD (server-side, so a restart or a second instance is harmless) and waits
-/// until each is Established.
-pub async fn install(client: &kube::Client, workload_controllers: bool) -> Result<()> {
+/// Reads every `*.yaml` CRD in `dir` (a controller's `crds/` in the binary cache).
+pub fn read_dir(dir: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let entries = fs::read_dir(dir).map_err(Error::io(format!("read {}", dir.display())))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.ends_with(".yaml") {
+            let text = fs::read_to_string(e.path())
+                .map_err(Error::io(format!("read {}", e.path().display())))?;
+            out.push((name, text));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Applies every CRD (server-side, so a restart or a second instance is harmless), those of the
+/// workload controllers and the `(file, YAML)` pairs of `more`, and waits until each is
+/// Established.
+pub async fn install(
+    client: &kube::Client,
+    workload_controllers: bool,
+    more: &[(String, String)],
+) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let pp = PatchParams::apply("kube-testenv").force();
     let mut names = Vec::new();
@@ -46,7 +70,12 @@ pub async fn install(client: &kube::Client, workload_controllers: bool) -> Resul
     } else {
         &[]
     };
-    for (file, yaml) in CRDS.iter().chain(extra) {
+    let all = CRDS
+        .iter()
+        .chain(extra)
+        .map(|(f, y)| (*f, *y))
+        .chain(more.iter().map(|(f, y)| (f.as_str(), y.as_str())));
+    for (file, yaml) in all {
         let crd = parse(file, yaml)?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &pp, &Patch::Apply(&crd))

@@ -41,6 +41,11 @@ pub struct InstanceOptions {
     pub kube_scheduler_args: Vec<String>,
     /// Also run the JobSet and LeaderWorkerSet controllers (their CRDs are always installed).
     pub workload_controllers: bool,
+    /// Also run Kubeflow Trainer v2 (its CRDs and webhooks; JobSet's controller runs with it, as
+    /// Trainer creates JobSets).
+    pub trainer: bool,
+    /// Also run Kueue (its CRDs and webhooks, the `batch/job` and `pod` integrations).
+    pub kueue: bool,
     /// kube-controller-manager's `--controllers` (default `*`: every default controller); for
     /// example `*,-job-controller` for a test that creates a Job's pods itself.
     pub controllers: Option<String>,
@@ -187,10 +192,12 @@ struct Ports {
     scheduler: u16,
     jobset: [u16; 3],
     lws: [u16; 3],
+    trainer: [u16; 3],
+    kueue: [u16; 3],
 }
 
 impl Ports {
-    const COUNT: usize = 11;
+    const COUNT: usize = 17;
 
     fn new(p: &[u16]) -> Ports {
         Ports {
@@ -201,6 +208,8 @@ impl Ports {
             scheduler: p[4],
             jobset: [p[5], p[6], p[7]],
             lws: [p[8], p[9], p[10]],
+            trainer: [p[11], p[12], p[13]],
+            kueue: [p[14], p[15], p[16]],
         }
     }
 
@@ -217,6 +226,12 @@ impl Ports {
             "lws-webhook",
             "lws-metrics",
             "lws-health",
+            "trainer-webhook",
+            "trainer-metrics",
+            "trainer-health",
+            "kueue-webhook",
+            "kueue-metrics",
+            "kueue-health",
         ]
         .iter()
         .zip(p)
@@ -234,12 +249,21 @@ impl Instance {
         }
         let started = Instant::now();
         let want_workloads = opts.workload_controllers;
+        let (want_trainer, want_kueue) = (opts.trainer, opts.kueue);
         let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
+            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue]; unused ones empty.
             let mut dirs = vec![binaries::ensure(&KUBERNETES)?, binaries::ensure(&ETCD)?];
-            if want_workloads {
-                dirs.push(binaries::ensure(&JOBSET)?);
-                dirs.push(binaries::ensure(&LWS)?);
-            }
+            let want = |on: bool, m| -> Result<PathBuf> {
+                if on {
+                    binaries::ensure(m)
+                } else {
+                    Ok(PathBuf::new())
+                }
+            };
+            dirs.push(want(want_workloads || want_trainer, &JOBSET)?);
+            dirs.push(want(want_workloads, &LWS)?);
+            dirs.push(want(want_trainer, &binaries::TRAINER)?);
+            dirs.push(want(want_kueue, &binaries::KUEUE)?);
             Ok(dirs)
         })
         .await
@@ -444,13 +468,48 @@ impl Instance {
             launcher.spawn("kube-scheduler", &kube_bin.join("kube-scheduler"), &flags)?;
         }
 
-        crds::install(&client, opts.workload_controllers).await?;
-        if opts.workload_controllers {
-            use crate::workloads::{self, JOBSET, LWS};
-            workloads::start(&JOBSET, &client, launcher, &bins[2], dir, &kc, ports.jobset).await?;
-            workloads::start(&LWS, &client, launcher, &bins[3], dir, &kc, ports.lws).await?;
-            workloads::wait_ready(&JOBSET, launcher, ports.jobset).await?;
-            workloads::wait_ready(&LWS, launcher, ports.lws).await?;
+        let mut more_crds = Vec::new();
+        if opts.trainer {
+            more_crds.extend(crds::read_dir(&bins[4].join("crds"))?);
+        }
+        if opts.kueue {
+            more_crds.extend(crds::read_dir(&bins[5].join("crds"))?);
+        }
+        crds::install(&client, opts.workload_controllers, &more_crds).await?;
+        {
+            use crate::workloads::{self, JOBSET, KUEUE, LWS, TRAINER};
+            let jobset = opts.workload_controllers || opts.trainer;
+            let mut started = Vec::new();
+            if jobset {
+                workloads::start(&JOBSET, &client, launcher, &bins[2], dir, &kc, ports.jobset)
+                    .await?;
+                started.push((&JOBSET, ports.jobset));
+            }
+            if opts.workload_controllers {
+                workloads::start(&LWS, &client, launcher, &bins[3], dir, &kc, ports.lws).await?;
+                started.push((&LWS, ports.lws));
+            }
+            if opts.kueue {
+                workloads::start(&KUEUE, &client, launcher, &bins[5], dir, &kc, ports.kueue)
+                    .await?;
+                started.push((&KUEUE, ports.kueue));
+            }
+            if opts.trainer {
+                workloads::start(
+                    &TRAINER,
+                    &client,
+                    launcher,
+                    &bins[4],
+                    dir,
+                    &kc,
+                    ports.trainer,
+                )
+                .await?;
+                started.push((&TRAINER, ports.trainer));
+            }
+            for (c, p) in started {
+                workloads::wait_ready(c, launcher, p).await?;
+            }
         }
 
         // Pods need the `default` ServiceAccount, which the controller manager creates.

@@ -1,6 +1,6 @@
 //! A real Kubernetes control plane for tests, the demo and benchmarks: kube-apiserver, etcd,
-//! kube-controller-manager (optionally kube-scheduler and the JobSet and LeaderWorkerSet
-//! controllers) built once from their pinned Go modules, and a node agent that plays the
+//! kube-controller-manager (optionally kube-scheduler and the JobSet, LeaderWorkerSet, Kueue
+//! and Kubeflow Trainer controllers) built once from their pinned Go modules, and a node agent that plays the
 //! kubelets of simulated nodes.
 //!
 //! ```no_run
@@ -34,12 +34,17 @@ pub use instance::{
     FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
 
-/// Builds every binary an instance may need (with `workloads`, the JobSet and LWS controllers
-/// too); returns their folders.
+/// Builds every binary an instance may need (with `workloads`, the JobSet, LWS, Trainer and
+/// Kueue controllers too); returns their folders.
 pub fn prepare(workloads: bool) -> Result<Vec<std::path::PathBuf>> {
     let mut mods = vec![&binaries::KUBERNETES, &binaries::ETCD];
     if workloads {
-        mods.extend([&binaries::JOBSET, &binaries::LWS]);
+        mods.extend([
+            &binaries::JOBSET,
+            &binaries::LWS,
+            &binaries::TRAINER,
+            &binaries::KUEUE,
+        ]);
     }
     mods.into_iter().map(binaries::ensure).collect()
 }

@@ -33,6 +33,12 @@ struct StartArgs {
     /// Also run the JobSet and LeaderWorkerSet controllers.
     #[arg(long)]
     workload_controllers: bool,
+    /// Also run Kubeflow Trainer v2 (with the JobSet controller it needs).
+    #[arg(long)]
+    trainer: bool,
+    /// Also run Kueue (batch/job and pod integrations).
+    #[arg(long)]
+    kueue: bool,
 }
 
 impl StartArgs {
@@ -52,6 +58,12 @@ impl StartArgs {
         if self.workload_controllers {
             out.push("--workload-controllers".into());
         }
+        if self.trainer {
+            out.push("--trainer".into());
+        }
+        if self.kueue {
+            out.push("--kueue".into());
+        }
         out
     }
 
@@ -62,6 +74,8 @@ impl StartArgs {
         opts.name = Some(self.name.clone());
         opts.kube_scheduler = self.kube_scheduler;
         opts.workload_controllers = self.workload_controllers;
+        opts.trainer = self.trainer;
+        opts.kueue = self.kueue;
         if let Some(f) = &self.nodes_file {
             let text = std::fs::read_to_string(f)
                 .map_err(|e| anyhow::anyhow!("read nodes file {}: {e}", f.display()))?;
@@ -98,11 +112,11 @@ enum Cmd {
     },
     /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
-    /// Build (or check) the cached Kubernetes, etcd, JobSet and LeaderWorkerSet binaries, and the
-    /// chart tests' helm; `--only kubernetes,etcd` builds just those (what `up` without
-    /// `--workload-controllers` needs).
+    /// Build (or check) the cached Kubernetes, etcd, JobSet, LeaderWorkerSet, Trainer and Kueue
+    /// binaries, and the chart tests' helm; `--only kubernetes,etcd` builds just those (what `up`
+    /// without `--workload-controllers`, `--trainer` or `--kueue` needs).
     Prepare {
-        /// Comma-separated tools: kubernetes, etcd, jobset, lws, helm (default: all).
+        /// Comma-separated tools: kubernetes, etcd, jobset, lws, trainer, kueue, helm (default: all).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

@@ -23,6 +23,10 @@ pub const LABEL_EXTERNAL_NODE: &str = "scheduler.slinky.slurm.net/external-node"
 
 /// Pod label naming a coscheduling (scheduler-plugins) PodGroup.
 pub const LABEL_COSCHEDULING_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+/// Pod label naming a Kueue plain-pod group (with [`ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT`]).
+pub const LABEL_KUEUE_POD_GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
+/// Pod annotation: how many pods a Kueue plain-pod group has.
+pub const ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// Pod label: hash identifying a LeaderWorkerSet group.
 pub const LABEL_LWS_GROUP_KEY: &str = "leaderworkerset.sigs.k8s.io/group-key";
 /// Pod label: name of the LeaderWorkerSet.

@@ -3,6 +3,8 @@
 
 /// Waiting for the rest of a gang.
 pub const WAITING_FOR_GANG: &str = "WaitingForGang";
+/// An incomplete gang waited longer than its PodGroup's `scheduleTimeoutSeconds` (a Warning).
+pub const GANG_TIMEOUT: &str = "GangTimeout";
 /// A coscheduling PodGroup that admits no new job.
 pub const POD_GROUP_CLOSED: &str = "PodGroupClosed";
 /// The Slurm job is pending; the message carries Slurm's state_reason.

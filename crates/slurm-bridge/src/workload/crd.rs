@@ -99,6 +99,9 @@ pub struct CoschedulingPodGroupSpec {
     /// Minimum resources of the group.
     #[serde(default)]
     pub min_resources: Option<BTreeMap<String, Quantity>>,
+    /// How long an incomplete gang may wait (docs/scheduler.md, "scheduleTimeoutSeconds").
+    #[serde(default)]
+    pub schedule_timeout_seconds: Option<i32>,
 }
 
 /// Coscheduling PodGroup status.

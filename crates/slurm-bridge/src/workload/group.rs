@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 /// 3. Else a pod labelled `scheduling.x-k8s.io/pod-group` belongs to that coscheduling
 ///    PodGroup when it exists (NotFound or an unserved kind: the label is ignored, as in
 ///    the reference; any other read error is an error rather than a silent single-pod job).
-/// 4. Else the root kind decides (Job, JobSet, LeaderWorkerSet, or one pod).
-/// 5. CPU and memory from the pods, then GRES, then the annotations override, then
+/// 4. Else a pod labelled `kueue.x-k8s.io/pod-group-name` belongs to that Kueue pod group
+///    (its size from `kueue.x-k8s.io/pod-group-total-count`).
+/// 5. Else the root kind decides (Job, JobSet, LeaderWorkerSet, or one pod).
+/// 6. CPU and memory from the pods, then GRES, then the annotations override, then
 ///    `pods-per-node` packs the pods.
 pub async fn translate<R: WorkloadReader>(
     reader: &R,
@@ -34,6 +36,8 @@ pub async fn translate<R: WorkloadReader>(
         kinds::podgroup::translate(reader, pod, pg, &walk).await?
     } else if let Some(out) = coscheduling(reader, pod).await? {
         out
+    } else if let Some(name) = kinds::kueue::group_name(pod) {
+        kinds::kueue::translate(reader, pod, name).await?
     } else {
         let root = &walk.object;
         if root.is(kind::JOB.0, kind::JOB.1) {
@@ -121,6 +125,7 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
         annotations: ann,
         annotation_source,
         gang,
+        gang_timeout,
     } = out;
     // Check each pod on its own first, so an error names the pod.
     for p in &pods {
@@ -166,5 +171,6 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
         ir: SlurmJobIr { root, pods, job },
         gang,
         warnings,
+        gang_timeout,
     })
 }

@@ -141,6 +141,7 @@ mod tests {
     #[test]
     fn matches_the_reference_example_with_excluded_nodes() {
         let t = Translation {
+            gang_timeout: None,
             group_key: "pod/slurm-bridge/pod-single".into(),
             ir: SlurmJobIr {
                 root: ObjectRef::new("v1", "Pod", "slurm-bridge", "pod-single"),

@@ -39,6 +39,9 @@ pub mod kind {
     pub const COSCHEDULING_PODGROUP: (&str, &str) = ("scheduling.x-k8s.io/v1alpha1", "PodGroup");
     /// LeaderWorkerSet.
     pub const LWS: (&str, &str) = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet");
+    /// A Kueue plain-pod group. Not an API object: the root of the pods that share the label
+    /// `kueue.x-k8s.io/pod-group-name`, named after it (never read, so never a supported root).
+    pub const KUEUE_POD_GROUP: (&str, &str) = ("kueue.x-k8s.io", "PodGroup");
 
     /// The supported root kinds.
     pub const SUPPORTED_ROOTS: [(&str, &str); 6] =
@@ -106,6 +109,42 @@ pub struct Translation {
     pub gang: GangStatus,
     /// Non-fatal findings (unknown or obsolete annotation keys), for `translate` to show.
     pub warnings: Vec<String>,
+    /// How long the gang may stay incomplete (a coscheduling PodGroup's
+    /// `scheduleTimeoutSeconds`), when it has such a bound.
+    pub gang_timeout: Option<GangTimeout>,
+}
+
+/// An incomplete gang's time limit: from `since` (the oldest member pod's creation, when the
+/// gang started waiting), `seconds` long. Past it the scheduler marks the pods (reason
+/// `GangTimeout`, a Warning Event); nothing is submitted while the gang is incomplete, before or
+/// after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GangTimeout {
+    /// `spec.scheduleTimeoutSeconds`.
+    pub seconds: u32,
+    /// Unix time (seconds) the wait started.
+    pub since: i64,
+}
+
+impl GangTimeout {
+    /// The bound from a PodGroup's `scheduleTimeoutSeconds` and its pods' creation times (unix
+    /// seconds); none for a missing or non-positive timeout or when no pod has a creation time.
+    pub fn from_spec(seconds: Option<i32>, created: impl IntoIterator<Item = i64>) -> Option<Self> {
+        let seconds = u32::try_from(seconds?).ok().filter(|s| *s > 0)?;
+        let since = created.into_iter().min()?;
+        Some(GangTimeout { seconds, since })
+    }
+
+    /// Seconds left at unix time `now` (0 once expired).
+    pub fn remaining(&self, now: i64) -> u64 {
+        let end = self.since.saturating_add(i64::from(self.seconds));
+        u64::try_from(end.saturating_sub(now)).unwrap_or(0)
+    }
+
+    /// True once the gang has waited `seconds` at unix time `now`.
+    pub fn expired(&self, now: i64) -> bool {
+        self.remaining(now) == 0
+    }
 }
 
 impl Translation {
@@ -149,6 +188,7 @@ impl Translation {
             },
             gang: GangStatus::Complete,
             warnings: Vec::new(),
+            gang_timeout: None,
         }
     }
 }
@@ -252,6 +292,7 @@ mod translation_tests {
             },
             gang: GangStatus::Complete,
             warnings: vec![],
+            gang_timeout: None,
         }
     }
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod admission;
+pub mod clients;
 pub mod controllers;
 
 use k8s_openapi::api::core::v1::Pod;

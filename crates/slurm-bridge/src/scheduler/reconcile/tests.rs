@@ -130,3 +130,25 @@ fn an_update_clears_an_old_exclusion_and_keeps_a_current_one() {
         desc_hash(&as_update(desc))
     );
 }
+
+/// Issue 23: an incomplete gang is marked once its PodGroup's scheduleTimeoutSeconds passed;
+/// until then the pass looks again when the timeout falls due.
+#[test]
+fn incomplete_gang_timeout_rule() {
+    use super::waiting::{GangWait, incomplete_wait};
+    use crate::workload::GangTimeout;
+    let t = GangTimeout {
+        seconds: 60,
+        since: 1000,
+    };
+    let cases = [
+        (None, 5000, GangWait::Waiting(None)),
+        (Some(t), 1000, GangWait::Waiting(Some(60))),
+        (Some(t), 1059, GangWait::Waiting(Some(1))),
+        (Some(t), 1060, GangWait::TimedOut(60)),
+        (Some(t), 9999, GangWait::TimedOut(60)),
+    ];
+    for (timeout, now, want) in cases {
+        assert_eq!(incomplete_wait(timeout, now), want, "{timeout:?} at {now}");
+    }
+}

@@ -14,7 +14,7 @@ use crate::slurm::WatchedJob;
 use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::job_desc::admin_comment;
-use crate::workload::{GangStatus, Translation};
+use crate::workload::{GangStatus, GangTimeout, Translation};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -174,15 +174,59 @@ pub(super) async fn not_ready<S: Slurm>(
                 tr.ir.root
             ),
         ),
-        GangStatus::Incomplete { .. } => (
-            reason::WAITING_FOR_GANG,
-            format!("{}: {}", gang.message(), gang_count(gang, tr)),
-        ),
+        GangStatus::Incomplete { .. } => match incomplete_wait(tr.gang_timeout, unix_now()) {
+            GangWait::TimedOut(seconds) => (
+                reason::GANG_TIMEOUT,
+                format!(
+                    "{}: {} after scheduleTimeoutSeconds {seconds} of {}; nothing is submitted to \
+                     Slurm until the gang is complete",
+                    gang.message(),
+                    gang_count(gang, tr),
+                    tr.ir.root
+                ),
+            ),
+            GangWait::Waiting(_) => (
+                reason::WAITING_FOR_GANG,
+                format!("{}: {}", gang.message(), gang_count(gang, tr)),
+            ),
+        },
         GangStatus::Complete => (reason::WAITING_FOR_GANG, gang.message()),
     };
     report(ctx, pod, why, &message).await;
-    // Arrivals of the other pods reconcile the group; look again now and then regardless.
-    Action::requeue(Duration::from_secs(30))
+    // Arrivals of the other pods reconcile the group; look again now and then regardless, and
+    // when a gang's timeout falls due, so its mark comes on time.
+    let again = match (gang, incomplete_wait(tr.gang_timeout, unix_now())) {
+        (GangStatus::Incomplete { .. }, GangWait::Waiting(Some(left))) => {
+            Duration::from_secs(left.clamp(1, 30))
+        }
+        _ => Duration::from_secs(30),
+    };
+    Action::requeue(again)
+}
+
+/// How an incomplete gang stands against its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GangWait {
+    /// Still within it (seconds left), or unbounded (`None`).
+    Waiting(Option<u64>),
+    /// Past it (the timeout, seconds).
+    TimedOut(u32),
+}
+
+/// The timeout rule for an incomplete gang at unix time `now` (docs/scheduler.md,
+/// "scheduleTimeoutSeconds").
+pub(super) fn incomplete_wait(timeout: Option<GangTimeout>, now: i64) -> GangWait {
+    match timeout {
+        None => GangWait::Waiting(None),
+        Some(t) if t.expired(now) => GangWait::TimedOut(t.seconds),
+        Some(t) => GangWait::Waiting(Some(t.remaining(now))),
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// "`ready` of `required` pods of `group`", for messages about an incomplete gang.

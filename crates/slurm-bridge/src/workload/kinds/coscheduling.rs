@@ -1,19 +1,28 @@
 //! Coscheduling PodGroup (`scheduling.x-k8s.io/v1alpha1`, scheduler-plugins): pods with
 //! label `scheduling.x-k8s.io/pod-group=<name>` in the PodGroup's namespace make one job.
 //! The reference listed such pods across all namespaces (quirk 4); we do not.
+//!
+//! Beyond the reference: the PodGroup's controller owner (a TrainJob) lends its `slurmjob.*`
+//! annotations when the PodGroup has none ([`super::with_owner_fallback`]), and
+//! `scheduleTimeoutSeconds` bounds how long an incomplete gang waits unmarked
+//! ([`crate::workload::GangTimeout`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{KindOutput, annotations_of, gang_by_label, group_pods, pod_namespace};
+use super::{
+    KindOutput, annotations_of, created_unix, gang_by_label, group_pods, pod_namespace,
+    with_owner_fallback,
+};
 use crate::resources::pod_resources::bytes_to_mib_ceil;
 use crate::resources::quantity::Quantity;
 use crate::wellknown::LABEL_COSCHEDULING_POD_GROUP;
 use crate::workload::crd::CoschedulingPodGroup;
 use crate::workload::ir::JobInfo;
-use crate::workload::reader::{ObjectRef, WorkloadReader, decode};
-use crate::workload::{GangStatus, TranslateError};
+use crate::workload::owner::controller_of;
+use crate::workload::reader::{ObjectRef, ReadError, WorkloadReader, decode};
+use crate::workload::{GangStatus, GangTimeout, TranslateError};
 use kube::core::DynamicObject;
 
 /// Phases in which the PodGroup takes no new external job.
@@ -78,13 +87,52 @@ pub async fn translate<R: WorkloadReader>(
     } else {
         gang_by_label(&pods, pod, usize::try_from(min_member).unwrap_or(0))
     };
+    let gang_timeout = GangTimeout::from_spec(
+        pg.spec.schedule_timeout_seconds,
+        pods.iter().filter_map(created_unix),
+    );
+    let owner = owner_annotations(reader, &pg, pg_ref).await?;
+    let (annotations, annotation_source) = with_owner_fallback(
+        annotations_of(&pg.metadata),
+        pg_ref.to_string(),
+        owner.as_ref().map(|(a, r)| (a, r.to_string())),
+    );
     Ok(KindOutput {
         group_key: format!("coscheduling/{ns}/{}", pg_ref.name),
         root: pg_ref.clone(),
         pods,
         job,
-        annotations: annotations_of(&pg.metadata),
-        annotation_source: pg_ref.to_string(),
+        annotations,
+        annotation_source,
         gang,
+        gang_timeout,
     })
+}
+
+/// The annotations of the PodGroup's controller owner (Trainer's TrainJob), when it has one the
+/// bridge may read. An owner that is gone, forbidden or of an unserved kind lends nothing.
+async fn owner_annotations<R: WorkloadReader>(
+    reader: &R,
+    pg: &CoschedulingPodGroup,
+    pg_ref: &ObjectRef,
+) -> Result<Option<(BTreeMap<String, String>, ObjectRef)>, TranslateError> {
+    let Some(owner) = controller_of(&pg.metadata) else {
+        return Ok(None);
+    };
+    let owner_ref = ObjectRef::new(
+        &owner.api_version,
+        &owner.kind,
+        &pg_ref.namespace,
+        &owner.name,
+    );
+    match reader.get(&owner_ref).await {
+        Ok(d) => Ok(Some((annotations_of(&d.metadata), owner_ref))),
+        Err(
+            e @ (ReadError::NotFound(_) | ReadError::NoKind { .. } | ReadError::Forbidden { .. }),
+        ) => {
+            tracing::debug!(podgroup = %pg_ref, owner = %owner_ref, error = %e, "PodGroup owner not readable; its annotations do not apply");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

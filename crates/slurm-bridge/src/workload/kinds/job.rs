@@ -31,6 +31,7 @@ pub async fn translate<R: WorkloadReader>(
         annotations: annotations_of(&job.metadata),
         annotation_source: job_ref.to_string(),
         gang: GangStatus::Complete,
+        gang_timeout: None,
     })
 }
 

@@ -59,5 +59,6 @@ pub async fn translate<R: WorkloadReader>(
         annotations: annotations_of(&lws.metadata),
         annotation_source: lws_ref.to_string(),
         gang,
+        gang_timeout: None,
     })
 }

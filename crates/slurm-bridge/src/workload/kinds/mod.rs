@@ -5,6 +5,7 @@
 pub mod coscheduling;
 pub mod job;
 pub mod jobset;
+pub mod kueue;
 pub mod lws;
 pub mod pod;
 pub mod podgroup;
@@ -16,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::GangStatus;
 use super::ir::{JobInfo, pod_key};
 use super::reader::ObjectRef;
-use crate::wellknown::LABEL_SLURM_JOBID;
+use crate::wellknown::{LABEL_SLURM_JOBID, SLURMJOB_PREFIX};
 
 /// What a kind translator found.
 #[derive(Debug, Clone)]
@@ -35,6 +36,52 @@ pub struct KindOutput {
     pub annotation_source: String,
     /// Gang status.
     pub gang: GangStatus,
+    /// The gang's time limit while incomplete, if the kind has one.
+    pub gang_timeout: Option<super::GangTimeout>,
+}
+
+/// True when `annotations` has at least one `slurmjob.slinky.slurm.net/*` key.
+pub fn has_slurmjob_keys(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.keys().any(|k| k.starts_with(SLURMJOB_PREFIX))
+}
+
+/// The annotations of a group object that may fall back to its controller owner's (a
+/// coscheduling PodGroup's TrainJob): the group's own when they have any
+/// `slurmjob.slinky.slurm.net/*` key, else the group's with the owner's `slurmjob.*` keys added.
+/// The two are never mixed key by key, so what applies is always one object's full set. Returns
+/// the annotations and where they came from.
+pub fn with_owner_fallback(
+    own: BTreeMap<String, String>,
+    own_source: String,
+    owner: Option<(&BTreeMap<String, String>, String)>,
+) -> (BTreeMap<String, String>, String) {
+    if has_slurmjob_keys(&own) {
+        return (own, own_source);
+    }
+    match owner {
+        Some((theirs, source)) if has_slurmjob_keys(theirs) => {
+            let mut out = own;
+            out.extend(
+                theirs
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(SLURMJOB_PREFIX))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+            (
+                out,
+                format!("{own_source} (annotations of its owner {source})"),
+            )
+        }
+        _ => (own, own_source),
+    }
+}
+
+/// Creation time of a pod, unix seconds.
+pub fn created_unix(pod: &Pod) -> Option<i64> {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
 }
 
 /// True for a pod that has finished (Succeeded or Failed).

@@ -23,5 +23,6 @@ pub fn translate(pod: &Pod, root: &RootOwner) -> KindOutput {
         annotations: root.annotations(pod).cloned().unwrap_or_default(),
         annotation_source: root.object.to_string(),
         gang: GangStatus::Complete,
+        gang_timeout: None,
     }
 }

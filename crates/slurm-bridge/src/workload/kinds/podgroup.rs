@@ -98,5 +98,6 @@ pub async fn translate<R: WorkloadReader>(
         annotations,
         annotation_source: sources.join(" + "),
         gang,
+        gang_timeout: None,
     })
 }
