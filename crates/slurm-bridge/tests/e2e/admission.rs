@@ -17,15 +17,18 @@ use tokio::sync::watch;
 pub struct Webhooks {
     pub handle: admission::AdmissionHandle,
     stop: watch::Sender<bool>,
+    cert_dir: std::path::PathBuf,
 }
 
 impl Drop for Webhooks {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        let _ = std::fs::remove_dir_all(&self.cert_dir);
     }
 }
 
-/// Starts both webhooks with `cfg` on 127.0.0.1 and registers them with the API server.
+/// Starts both webhooks with `cfg` on 127.0.0.1 and registers them with the API server under the
+/// name `tag`.
 pub async fn start(client: &kube::Client, cfg: Config, tag: &str) -> Webhooks {
     let dir = std::env::temp_dir().join(format!(
         "sb-e2e-admission-{tag}-{}-{}",
@@ -41,7 +44,7 @@ pub async fn start(client: &kube::Client, cfg: Config, tag: &str) -> Webhooks {
     let ca = certs.ca_bundle().unwrap();
     let mut opts = AdmissionOptions::new(cfg);
     opts.listen = "127.0.0.1:0".parse().unwrap();
-    opts.cert_dir = dir;
+    opts.cert_dir = dir.clone();
     let (stop, mut stop_rx) = watch::channel(false);
     let handle = admission::start(
         client.clone(),
@@ -60,7 +63,11 @@ pub async fn start(client: &kube::Client, cfg: Config, tag: &str) -> Webhooks {
         .expect("webhooks ready")
         .unwrap();
     register(client, tag, handle.local_addr, &ca).await;
-    Webhooks { handle, stop }
+    Webhooks {
+        handle,
+        stop,
+        cert_dir: dir,
+    }
 }
 
 async fn register(client: &kube::Client, name: &str, addr: SocketAddr, ca: &str) {
