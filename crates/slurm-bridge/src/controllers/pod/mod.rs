@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// How the pod controller runs.
 #[derive(Clone, Debug)]
@@ -188,7 +189,9 @@ async fn job_of<S: Slurm>(
 /// One pass for a pod and, through it, its job.
 pub async fn reconcile<S: Slurm>(pod: Arc<Pod>, ctx: Arc<PodCtx<S>>) -> Result<Action, PodError> {
     let started = Instant::now();
-    let result = reconcile_inner(&pod, &ctx).await;
+    // Every line a pass logs carries the pod.
+    let span = tracing::info_span!("pod_lifecycle_pass", pod = %pod_key(&pod));
+    let result = reconcile_inner(&pod, &ctx).instrument(span).await;
     ctx.metrics
         .reconcile
         .observe("pod", started, result.is_ok());
@@ -239,7 +242,7 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         Plan::Disband { remove, pods } => {
             for key in &remove {
                 if let Some(p) = find(pod, &me.key, &siblings, key) {
-                    tracing::info!(pod = %key, deleted = %me.key, job_id = ?view.job_id(), "a pod of the group was deleted: removing its sibling");
+                    tracing::info!(deleted = %me.key, job_id = ?view.job_id(), "a pod of the group was deleted: removing its sibling");
                     actions::remove(ctx, p, &view, decide::Cause::GroupMemberDeleted).await?;
                 }
             }

@@ -59,7 +59,7 @@ pub(super) async fn bind_allocation<S: Slurm>(
     let bound = bound_now.len() as u64;
     ctx.metrics.group_bound(job.job_id, bound);
     let nodes = job.allocated_nodes().unwrap_or_default();
-    tracing::info!(job_id = job.job_id, group = %tr.group_key, nodes, bound, "bound pods");
+    tracing::info!(job_id = job.job_id, nodes, bound, "bound pods");
     Ok(Allocation {
         plan,
         bound_now,
@@ -130,7 +130,7 @@ async fn cancel_unmapped<S: Slurm>(
     if !api.list_metadata(&by_name).await?.items.is_empty() {
         return Ok(false);
     }
-    tracing::warn!(job_id = job.job_id, group = %tr.group_key, slurm_node = %missing,
+    tracing::warn!(job_id = job.job_id, slurm_node = %missing,
         "allocated a Slurm node without a Kubernetes node; cancelling the job to submit it again");
     ctx.slurm.cancel(job.job_id).await?;
     ctx.watcher.refresh(job.job_id).await?;

@@ -41,6 +41,7 @@ use rules::{Step, step};
 use std::sync::Arc;
 use std::time::Duration;
 use submit::{find_job, submit};
+use tracing::Instrument;
 use waiting::{not_ready, pending, shrunk_while_pending, suspended};
 
 /// Why a pass failed; the pod is retried with backoff.
@@ -71,6 +72,16 @@ pub async fn reconcile<S: Slurm>(
     pod: Arc<Pod>,
     ctx: Arc<Ctx<S>>,
 ) -> Result<Action, ReconcileError> {
+    // Every line a pass logs carries the pod, and the group once it is known.
+    let span = tracing::info_span!(
+        "scheduling_pass",
+        pod = %pod_key(&pod),
+        group = tracing::field::Empty
+    );
+    pass(pod, ctx).instrument(span).await
+}
+
+async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
     if !ctx.is_leader() {
         // The controller runs only while this replica leads (scheduler/lifecycle.rs) and is dropped
         // when leadership is lost; a pass that starts in between does nothing.
@@ -87,6 +98,7 @@ pub async fn reconcile<S: Slurm>(
         Ok(t) => t,
         Err(e) => return translation_failed(&ctx, &pod, e).await,
     };
+    tracing::Span::current().record("group", tracing::field::display(&tr.group_key));
     let group = ctx.locks.lock(&tr.group_key).await;
     if group.waited {
         // Another pass of this group ran meanwhile (labelled, bound...): read the group again.
@@ -161,7 +173,10 @@ async fn release_deleted<S: Slurm>(ctx: &Ctx<S>, pod: &Pod) -> Result<Action, Re
             }
         }
         if !others_alive {
-            tracing::info!(job_id = job.job_id, pod = %key, "pod deleted before it ran; cancelling its job");
+            tracing::info!(
+                job_id = job.job_id,
+                "pod deleted before it ran; cancelling its job"
+            );
             ctx.slurm.cancel(job.job_id).await?;
             ctx.watcher.refresh(job.job_id).await?;
         }

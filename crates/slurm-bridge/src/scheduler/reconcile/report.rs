@@ -5,7 +5,6 @@ use super::ReconcileError;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::workload::TranslateError;
-use crate::workload::ir::pod_key;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use std::time::Duration;
@@ -23,7 +22,7 @@ pub(super) async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message
         Ok(false) => return,
         // Still worth an Event: the user sees the reason there.
         Err(e) => {
-            tracing::warn!(pod = %pod_key(pod), reason = why, error = %e, "setting PodScheduled=False failed");
+            tracing::warn!(reason = why, error = %e, "setting PodScheduled=False failed");
         }
     }
     let warning = ![

@@ -40,7 +40,7 @@ pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option
     let mut jobs = jobs.into_iter();
     let keep = jobs.next();
     for dup in jobs {
-        tracing::warn!(job_id = dup.job_id, group = %tr.group_key, "cancelling a duplicate external job");
+        tracing::warn!(job_id = dup.job_id, "cancelling a duplicate external job");
         if let Err(e) = ctx.slurm.cancel(dup.job_id).await {
             tracing::warn!(job_id = dup.job_id, error = %e, "cancelling a duplicate job failed");
         }
@@ -155,7 +155,7 @@ pub(super) async fn submit<S: Slurm>(
         nodes: None,
         comment: admin_comment(&tr.ir, &tr.group_key),
     });
-    tracing::info!(job_id, group = %tr.group_key, pods = tr.ir.pods.len(), "submitted external job");
+    tracing::info!(job_id, pods = tr.ir.pods.len(), "submitted external job");
     // No Event for the submit: the label names the job, and the pod's next Event does too
     // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits).
     label_all(ctx, tr, job_id).await?;
@@ -223,7 +223,7 @@ pub(super) async fn rejected<S: Slurm>(
     e: &slurm_rest::Error,
 ) -> Action {
     let message = rejection_message(tr, &e.to_string());
-    tracing::warn!(group = %tr.group_key, error = %e, retry_in = ?rejection::RETRY_AFTER, "Slurm rejected the job; not sent again until the group or the nodes change");
+    tracing::warn!(error = %e, retry_in = ?rejection::RETRY_AFTER, "Slurm rejected the job; not sent again until the group or the nodes change");
     ctx.rejections().record(
         &tr.group_key,
         fingerprint,

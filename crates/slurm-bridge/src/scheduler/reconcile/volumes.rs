@@ -156,7 +156,7 @@ pub(super) async fn prepare<S: Slurm>(
         // As kube-scheduler after bindTimeoutSeconds: take back what was reserved and schedule
         // again; here, with a new Slurm job, which may get other nodes.
         for e in volumes::undo(&ctx.client, &written(&planned)).await {
-            tracing::warn!(pod = %pod_key(pod), error = %e, "undoing a volume reservation failed");
+            tracing::warn!(error = %e, "undoing a volume reservation failed");
         }
         ctx.volume_waits.locked().remove(&wait);
         let message = format!(
@@ -165,7 +165,7 @@ pub(super) async fn prepare<S: Slurm>(
             progress.waiting.join(", "),
             ctx.volume_bind_timeout
         );
-        tracing::warn!(pod = %pod_key(pod), job_id, "volume binding timed out");
+        tracing::warn!(job_id, "volume binding timed out");
         report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message).await;
         ctx.slurm.cancel(job_id).await?;
         return Ok(gate);
@@ -212,7 +212,7 @@ async fn plan_and_apply<S: Slurm>(
             }
             Err(e) => {
                 for undo_err in volumes::undo(&ctx.client, &applied).await {
-                    tracing::warn!(pod = %pod_key(pod), error = %undo_err, "undoing a volume write failed");
+                    tracing::warn!(error = %undo_err, "undoing a volume write failed");
                 }
                 match &e {
                     VolumeError::PvTaken { pv, .. } if attempt < 3 => reserved.exclude(pv),

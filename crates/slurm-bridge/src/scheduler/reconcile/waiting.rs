@@ -60,7 +60,7 @@ pub(super) async fn pending<S: Slurm>(
                 // poll may have recorded its allocation since.
                 ctx.watcher
                     .record_update(job, admin_comment(&tr.ir, &tr.group_key));
-                tracing::info!(job_id = job.job_id, group = %tr.group_key, "updated pending external job");
+                tracing::info!(job_id = job.job_id, "updated pending external job");
             }
             Err(e) if e.kind() == ErrorKind::JobNotPending => {
                 // It started meanwhile: bind from the fresh allocation.
@@ -119,7 +119,10 @@ pub(super) async fn shrunk_while_pending<S: Slurm>(
     gang: &GangStatus,
     job: &WatchedJob,
 ) -> Result<Action, ReconcileError> {
-    tracing::info!(job_id = job.job_id, group = %tr.group_key, "gang below its minimum while pending; cancelling its job");
+    tracing::info!(
+        job_id = job.job_id,
+        "gang below its minimum while pending; cancelling its job"
+    );
     if let Err(e) = ctx.slurm.cancel(job.job_id).await {
         let message = format!(
             "the gang {} shrank below its minimum; cancelling its pending Slurm job {} failed: {e}",
