@@ -191,6 +191,9 @@ async fn kueue_admits_by_quota_and_the_bridge_runs_what_it_admits() {
                 .find(|w| w.owner_references().iter().any(|o| o.name == "second"));
             match w.and_then(|w| condition(w, "QuotaReserved")) {
                 Some((status, _, message)) if status == "False" => Ok(message),
+                Some((status, _, message)) if status == "True" => {
+                    panic!("Kueue reserved quota for the second Job: {message}")
+                }
                 other => Err(format!("{other:?}")),
             }
         },
