@@ -2,10 +2,10 @@
 # Runs every test of the workspace, including those against real Slurm (slurm-testenv) and a
 # real Kubernetes control plane (kube-testenv). Needs root on a Debian host with network access
 # to the package registries (Debian's, crates.io, the Go module proxy) and Go 1.26 or newer. The
-# first run builds the Slurm root file system (about a minute), Kubernetes, etcd and the JobSet
-# and LeaderWorkerSet controllers from their Go modules (about 16 minutes on 2 cores, module
-# downloads included; helm for the chart tests about 2.5 more), and compiles the workspace; later
-# runs reuse all of it.
+# first run builds the Slurm root file system (about a minute), Kubernetes, etcd and the JobSet,
+# LeaderWorkerSet, Kubeflow Trainer and Kueue controllers from their Go modules (about 25 minutes
+# on 2 cores, module downloads included; helm for the chart tests about 3 more), and compiles the
+# workspace; later runs reuse all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -28,7 +28,7 @@ echo "==> building slurm-testenv and kube-testenv"
 cargo build -p slurm-testenv --bin slurm-testenv -p kube-testenv --bin kube-testenv
 echo "==> preparing the Slurm root file system"
 ./target/debug/slurm-testenv prepare
-echo "==> building Kubernetes, etcd, JobSet and LeaderWorkerSet from their Go modules (cached)"
+echo "==> building Kubernetes, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and helm from their Go modules (cached)"
 ./target/debug/kube-testenv prepare
 
 echo "==> cargo test --workspace"
