@@ -48,7 +48,9 @@ pub enum ReleaseError {
         #[source]
         source: kube::Error,
     },
-    #[error("removing the finalizer {FINALIZER} from pod {pod}: it changed under 5 patches in a row (conflicts); run again")]
+    #[error(
+        "removing the finalizer {FINALIZER} from pod {pod}: it changed under 5 patches in a row (conflicts); run again"
+    )]
     Conflicts { pod: String },
     #[error("cancelling Slurm job {job_id}: {source}")]
     Cancel {
@@ -62,7 +64,9 @@ pub enum ReleaseError {
         #[source]
         source: slurm_rest::Error,
     },
-    #[error("pod {pod} has an invalid {LABEL_SLURM_JOBID} label {value:?}: a decimal job id is expected")]
+    #[error(
+        "pod {pod} has an invalid {LABEL_SLURM_JOBID} label {value:?}: a decimal job id is expected"
+    )]
     BadJobId { pod: String, value: String },
 }
 
@@ -151,13 +155,19 @@ fn facts(pod: &Pod) -> Result<Option<PodFacts>, ReleaseError> {
 }
 
 fn is_active(state: &[JobState]) -> bool {
-    state
-        .iter()
-        .any(|s| matches!(s, JobState::Pending | JobState::Running | JobState::Suspended))
+    state.iter().any(|s| {
+        matches!(
+            s,
+            JobState::Pending | JobState::Running | JobState::Suspended
+        )
+    })
 }
 
 /// Cancels `job_id` unless it has ended; true when this call cancelled it.
-async fn cancel_job<S: JobControl + SlurmJobs>(slurm: &S, job_id: u32) -> Result<bool, ReleaseError> {
+async fn cancel_job<S: JobControl + SlurmJobs>(
+    slurm: &S,
+    job_id: u32,
+) -> Result<bool, ReleaseError> {
     let read = |source| ReleaseError::ReadJob { job_id, source };
     match slurm.job(job_id).await.map_err(read)? {
         Some(j) if is_active(&j.job_state) => {}
@@ -181,7 +191,11 @@ async fn cancel_job<S: JobControl + SlurmJobs>(slurm: &S, job_id: u32) -> Result
 
 /// Removes the finalizer from one pod, guarded by its resourceVersion; on a conflict the pod is
 /// read again and the patch retried.
-async fn release_pod(client: &kube::Client, mut pod: Pod, manager: &str) -> Result<bool, ReleaseError> {
+async fn release_pod(
+    client: &kube::Client,
+    mut pod: Pod,
+    manager: &str,
+) -> Result<bool, ReleaseError> {
     let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
     let err = |source| ReleaseError::Finalizer {
@@ -192,13 +206,21 @@ async fn release_pod(client: &kube::Client, mut pod: Pod, manager: &str) -> Resu
         if !pod.finalizers().iter().any(|f| f == FINALIZER) {
             return Ok(false);
         }
-        let rest: Vec<&String> = pod.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-        let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
+        let rest: Vec<&String> = pod
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
         let params = PatchParams {
             field_manager: Some(manager.to_string()),
             ..Default::default()
         };
-        match api.patch(&pod.name_any(), &params, &Patch::Merge(&patch)).await {
+        match api
+            .patch(&pod.name_any(), &params, &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {
                 tracing::info!(pod = %key, "finalizer removed");
                 return Ok(true);
@@ -289,7 +311,14 @@ pub async fn run(cfg: Config, args: ReleaseFinalizersArgs) -> anyhow::Result<()>
     } else {
         format!("{}-release-finalizers", cfg.scheduler_name)
     };
-    let out = release(&client, &slurm, &args.namespaces, args.cancel_running, &manager).await?;
+    let out = release(
+        &client,
+        &slurm,
+        &args.namespaces,
+        args.cancel_running,
+        &manager,
+    )
+    .await?;
     let ids = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     println!("finalizers removed: {} pods", out.released);
     println!(
@@ -346,6 +375,9 @@ mod tests {
         }))
         .unwrap();
         let e = facts(&p).unwrap_err().to_string();
-        assert!(e.contains("n/p") && e.contains("\"x\"") && e.contains("decimal"), "{e}");
+        assert!(
+            e.contains("n/p") && e.contains("\"x\"") && e.contains("decimal"),
+            "{e}"
+        );
     }
 }
