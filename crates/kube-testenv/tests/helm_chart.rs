@@ -114,6 +114,10 @@ const CASES: &[(&str, &[&str])] = &[
     ),
     ("admission-disabled", &["admission.enabled=false"]),
     (
+        "release-finalizers-cancel-running",
+        &["releaseFinalizers.cancelRunning=true"],
+    ),
+    (
         "run-mode-self-managed",
         &[
             "mode=run",
@@ -208,6 +212,78 @@ fn templates_match_the_golden_files() {
         stale.is_empty(),
         "rendered templates differ from the golden files (UPDATE_GOLDEN=1 regenerates them):\n{}",
         stale.join("\n")
+    );
+}
+
+/// The pre-delete hook (issue 21): a Job running `release-finalizers` under its own
+/// ServiceAccount, with the Slurm token and config mounted as the Deployments have them; its
+/// objects are hooks (created before the Job, deleted after it succeeds); a value turns it off.
+#[test]
+fn the_pre_delete_hook_releases_finalizers() {
+    let name = format!("{PREFIX}-release-finalizers");
+    let docs = documents(&render(&[]));
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"] {
+        let d = find(&docs, kind, &name);
+        let a = &d["metadata"]["annotations"];
+        assert_eq!(a["helm.sh/hook"], "pre-delete", "{kind}");
+        assert_eq!(
+            a["helm.sh/hook-delete-policy"], "before-hook-creation,hook-succeeded",
+            "{kind}"
+        );
+    }
+    let weight = |kind: &str| -> i32 {
+        find(&docs, kind, &name)["metadata"]["annotations"]["helm.sh/hook-weight"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(weight("ServiceAccount") < weight("Job"));
+    assert!(weight("ClusterRoleBinding") < weight("Job"));
+    let job = find(&docs, "Job", &name);
+    let spec = &job["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], name);
+    assert_eq!(spec["restartPolicy"], "Never");
+    let c = &spec["containers"][0];
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "release-finalizers",
+            "--config=/etc/slurm-bridge/config.yaml"
+        ]
+    );
+    assert!(
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SLURM_JWT_FILE")
+    );
+    let secret = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "slurm-token")
+        .expect("the Slurm token volume");
+    assert_eq!(secret["secret"]["secretName"], "slurm-bridge-token");
+    let binding = find(&docs, "ClusterRoleBinding", &name);
+    assert_eq!(binding["roleRef"]["name"], name);
+    assert_eq!(binding["subjects"][0]["name"], name);
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    // Rendered in both modes; --cancel-running by value; none when disabled.
+    let run = documents(&render(&["mode=run"]));
+    find(&run, "Job", &name);
+    let cancel = documents(&render(&["releaseFinalizers.cancelRunning=true"]));
+    let args =
+        strings(&find(&cancel, "Job", &name)["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.contains(&"--cancel-running".to_string()), "{args:?}");
+    let off = documents(&render(&["releaseFinalizers.enabled=false"]));
+    assert!(
+        !kinds(&off)
+            .iter()
+            .any(|k| k.ends_with("-release-finalizers")),
+        "disabled, yet rendered: {:?}",
+        kinds(&off)
     );
 }
 
@@ -681,6 +757,12 @@ fn controllers_calls() -> Vec<Perm> {
     .concat()
 }
 
+/// What the pre-delete hook calls, cluster-wide (src/cli/release_finalizers.rs: list every pod,
+/// get one again after a conflict, patch its finalizers).
+fn release_finalizers_calls() -> Vec<Perm> {
+    perms("", &["pods"], &["get", "list", "patch"])
+}
+
 /// What admission calls (src/admission): namespaces only with a selector (managed.rs), the
 /// webhook configurations only in the self-managed mode (certs.rs, GET and PUT), by name.
 fn admission_calls(selector: bool, self_managed: bool) -> Vec<Perm> {
@@ -859,6 +941,12 @@ fn allowed_for(component: &str, selector: bool, self_managed: bool, admission: b
             ca_secret,
             named,
         },
+        "release-finalizers" => Allowed {
+            cluster: release_finalizers_calls(),
+            leases: false,
+            ca_secret: vec![],
+            named: vec![],
+        },
         other => panic!("unknown component {other}"),
     }
 }
@@ -935,7 +1023,10 @@ fn check_rbac(
         }
     }
     // And the other way round: each running component can make every call its code makes.
-    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
         let spec = &d["spec"]["template"]["spec"];
         let account = spec["serviceAccountName"].as_str().unwrap();
         let component = account.strip_prefix(&format!("{PREFIX}-")).unwrap();

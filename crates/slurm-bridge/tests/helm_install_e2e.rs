@@ -273,6 +273,232 @@ async fn dra_round_trip(env: &Env, pods: &Api<Pod>) {
     .await;
 }
 
+/// The pre-delete hook's objects from `helm get hooks`: the ServiceAccount, ClusterRole and
+/// binding are created (as Helm does before the Job), and the Job's arguments returned.
+async fn create_hook_objects(env: &Env) -> (Vec<Value>, Vec<String>) {
+    let text = env
+        .kube_env
+        .helm(&["get", "hooks", RELEASE, "--namespace", RELEASE_NS])
+        .expect("helm get hooks");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("hooks parse");
+    let docs: Vec<Value> = docs
+        .into_iter()
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .collect();
+    let job = docs
+        .iter()
+        .find(|d| d["kind"] == "Job")
+        .expect("the pre-delete hook Job");
+    let args: Vec<String> = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let pp = PostParams::default();
+    let mut created = Vec::new();
+    for d in docs.iter().filter(|d| d["kind"] != "Job") {
+        match d["kind"].as_str().unwrap() {
+            "ServiceAccount" => {
+                let sa: ServiceAccount = serde_json::from_value(d.clone()).unwrap();
+                Api::<ServiceAccount>::namespaced(env.kube.clone(), RELEASE_NS)
+                    .create(&pp, &sa)
+                    .await
+                    .unwrap();
+            }
+            "ClusterRole" => {
+                let r: ClusterRole = serde_json::from_value(d.clone()).unwrap();
+                Api::<ClusterRole>::all(env.kube.clone())
+                    .create(&pp, &r)
+                    .await
+                    .unwrap();
+            }
+            "ClusterRoleBinding" => {
+                let b: ClusterRoleBinding = serde_json::from_value(d.clone()).unwrap();
+                Api::<ClusterRoleBinding>::all(env.kube.clone())
+                    .create(&pp, &b)
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unexpected hook object {other}"),
+        }
+        created.push(d.clone());
+    }
+    (created, args)
+}
+
+/// What `hook-delete-policy: hook-succeeded` does after the Job.
+async fn delete_hook_objects(env: &Env, objects: &[Value]) {
+    let dp = kube::api::DeleteParams::default();
+    for d in objects {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        match d["kind"].as_str().unwrap() {
+            "ServiceAccount" => {
+                let _ = Api::<ServiceAccount>::namespaced(env.kube.clone(), RELEASE_NS)
+                    .delete(name, &dp)
+                    .await
+                    .unwrap();
+            }
+            "ClusterRole" => {
+                let _ = Api::<ClusterRole>::all(env.kube.clone())
+                    .delete(name, &dp)
+                    .await
+                    .unwrap();
+            }
+            _ => {
+                let _ = Api::<ClusterRoleBinding>::all(env.kube.clone())
+                    .delete(name, &dp)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+fn holds_finalizer(p: &Pod) -> bool {
+    p.finalizers()
+        .iter()
+        .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+}
+
+/// Issue 21: the scheduler and the controllers stop for good while one pod runs briefly and one
+/// long. The short one finishes with nobody to release it (it keeps the finalizer: the fault).
+/// The chart's pre-delete hook, run as a process under its own ServiceAccount, releases both
+/// pods and cancels the finished pod's Slurm job; the running pod keeps running with its job.
+/// Returns the components still running (admission).
+async fn bridge_stops_and_the_pre_delete_hook_releases(
+    env: &Env,
+    pods: &Api<Pod>,
+    components: Vec<Component>,
+    dir: &Path,
+) -> Vec<Component> {
+    for (name, seconds) in [("finishes-late", 8), ("keeps-running", 3600)] {
+        pods.create(&PostParams::default(), &pod(name, seconds))
+            .await
+            .unwrap();
+    }
+    let names = ["finishes-late".to_string(), "keeps-running".to_string()];
+    let bound = env
+        .wait_bound_in(MANAGED_NS, &names, Duration::from_secs(90))
+        .await;
+    let late_job = e2e::job_id_of(&bound[0]);
+    let running_job = e2e::job_id_of(&bound[1]);
+    // The bridge stops (the Deployments are gone); admission stays for the checks after.
+    let (stopped, kept): (Vec<Component>, Vec<Component>) = components
+        .into_iter()
+        .partition(|c| !c.name.ends_with("-admission"));
+    assert_eq!(stopped.len(), 2, "scheduler and controllers");
+    drop(stopped);
+    wait_for(
+        "finishes-late Succeeded",
+        Duration::from_secs(60),
+        async || {
+            pods.get("finishes-late")
+                .await
+                .ok()
+                .and_then(|p| p.status?.phase)
+                .is_some_and(|p| p == "Succeeded")
+        },
+    )
+    .await;
+    let late = pods.get("finishes-late").await.unwrap();
+    assert!(
+        holds_finalizer(&late),
+        "precondition: with no bridge, the finished pod keeps the finalizer"
+    );
+    assert!(env.active_job_ids().contains(&late_job));
+
+    // The hook, as Helm runs it: its objects first, then the Job's command.
+    let (objects, args) = create_hook_objects(env).await;
+    assert_eq!(args[0], "release-finalizers", "{args:?}");
+    let account = objects
+        .iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .and_then(|d| d["metadata"]["name"].as_str())
+        .unwrap()
+        .to_string();
+    let kubeconfig = account_kubeconfig(env, &account, dir).await;
+    let config_path = dir.join("config.yaml");
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| match a.split_once('=') {
+            Some(("--config", _)) => format!("--config={}", config_path.display()),
+            _ => a.clone(),
+        })
+        .collect();
+    let run = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+            .args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info")
+            .env_remove("SLURM_JWT")
+            .env("SLURM_JWT_FILE", env.slurm.token_file())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run release-finalizers");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        eprintln!("release-finalizers: {}\n{stdout}{stderr}", out.status);
+        assert!(out.status.success(), "release-finalizers failed:\n{stderr}");
+        assert!(
+            !stderr.contains("forbidden") && !stderr.contains("Forbidden"),
+            "RBAC refused a call of the hook:\n{stderr}"
+        );
+        stdout
+    };
+    let started = Instant::now();
+    let stdout = run();
+    eprintln!(
+        "release-finalizers took {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        stdout.contains("finalizers removed: 2 pods"),
+        "both pods released:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("Slurm jobs cancelled: 1 [{late_job}]")),
+        "the finished pod's job cancelled:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "left running (their pods still run; scancel them when the pods end): 1 [{running_job}]"
+        )),
+        "the running pod's job left running and named:\n{stdout}"
+    );
+    // Idempotent: a second run finds nothing to do and names the same running job.
+    let again = run();
+    assert!(again.contains("finalizers removed: 0 pods"), "{again}");
+    assert!(again.contains("Slurm jobs cancelled: 0 []"), "{again}");
+    assert!(again.contains(&format!("[{running_job}]")), "{again}");
+    delete_hook_objects(env, &objects).await;
+
+    // The finished pod is deleted without a stuck finalizer; its Slurm job has ended.
+    pods.delete("finishes-late", &Default::default())
+        .await
+        .unwrap();
+    wait_for(
+        "finishes-late deleted",
+        Duration::from_secs(30),
+        async || pods.get_opt("finishes-late").await.unwrap().is_none(),
+    )
+    .await;
+    wait_for("its Slurm job ended", Duration::from_secs(30), async || {
+        !env.active_job_ids().contains(&late_job)
+    })
+    .await;
+    // The running pod runs on with its job, free to go whenever it ends.
+    let running = pods.get("keeps-running").await.unwrap();
+    assert_eq!(
+        running.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    assert!(!holds_finalizer(&running));
+    assert!(env.active_job_ids().contains(&running_job));
+    env.assert_invariants().await;
+    kept
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     let env = Env::start(2).await;
@@ -462,10 +688,23 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     env.assert_invariants().await;
     assert_no_rbac_denials(&components);
 
+    // The bridge goes away for good: a pod that finishes afterwards must not keep the finalizer.
+    let components =
+        bridge_stops_and_the_pre_delete_hook_releases(&env, &pods, components, &dir).await;
+
     // helm uninstall: nothing left that blocks or gates pod creation, no cluster-scoped RBAC.
+    // `--no-hooks`: the hook Job ran above as a process (kube-testenv's node agent does not run
+    // images).
     let out = env
         .kube_env
-        .helm(&["uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait"])
+        .helm(&[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            RELEASE_NS,
+            "--wait",
+            "--no-hooks",
+        ])
         .expect("helm uninstall");
     eprintln!("helm uninstall: {out}");
     let v: Api<ValidatingWebhookConfiguration> = Api::all(env.kube.clone());

@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod controllers;
 pub mod process;
+pub mod release_finalizers;
 pub mod run;
 pub mod scheduler;
 pub mod status;
@@ -46,6 +47,10 @@ pub enum Command {
     /// One line per pod group: pods bound, Slurm job, state, Slurm's reason, nodes ("why is my
     /// pod pending?").
     Status(status::StatusArgs),
+    /// Once, when the bridge goes away for good (`helm uninstall`'s pre-delete hook): removes
+    /// the bridge's finalizer from every pod, cancels the Slurm jobs of finished pods, and
+    /// prints the jobs of running pods it leaves running (docs/operations.md, "Uninstalling").
+    ReleaseFinalizers(release_finalizers::ReleaseFinalizersArgs),
 }
 
 /// Load the config: the given path, else the default path when it exists, else the empty
@@ -94,6 +99,7 @@ pub fn main() -> ExitCode {
             Command::Admission(args) => Box::pin(admission::run(cfg, args)),
             Command::Run(args) => Box::pin(run::run(cfg, args)),
             Command::Status(args) => Box::pin(status::run(cfg, args)),
+            Command::ReleaseFinalizers(args) => Box::pin(release_finalizers::run(cfg, args)),
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };
     eprintln!("note: using {origin}");
