@@ -535,14 +535,26 @@ mod tool_tests {
             let v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
             tools(&v).unwrap().into_iter().map(|(n, _)| n).collect()
         };
-        assert_eq!(names(&[]), ["kubernetes", "etcd", "jobset", "lws", "helm"]);
+        assert_eq!(
+            names(&[]),
+            [
+                "kubernetes",
+                "etcd",
+                "jobset",
+                "lws",
+                "trainer",
+                "kueue",
+                "helm"
+            ]
+        );
         assert_eq!(names(&["etcd", "kubernetes"]), ["kubernetes", "etcd"]);
         let Err(err) = tools(&["kube".to_string()]) else {
             panic!("an unknown tool is refused");
         };
         let err = err.to_string();
         assert!(
-            err.contains("\"kube\"") && err.contains("kubernetes, etcd, jobset, lws, helm"),
+            err.contains("\"kube\"")
+                && err.contains("kubernetes, etcd, jobset, lws, trainer, kueue, helm"),
             "{err}"
         );
     }
