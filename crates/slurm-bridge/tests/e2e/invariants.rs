@@ -70,6 +70,24 @@ impl Env {
             .unwrap()
     }
 
+    /// Pod `pod`, bound to Kubernetes node `node`, runs on the node behind one of its Slurm job
+    /// `id`'s allocated nodes (`slurm_names`: [`Env::slurm_names`]).
+    pub async fn assert_on_its_job(
+        &self,
+        pod: &str,
+        node: &str,
+        id: u32,
+        slurm_names: &BTreeMap<String, String>,
+    ) {
+        let job = self.rest.job(id).await.expect("job of a bound pod exists");
+        let allocated = slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
+        let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
+        assert!(
+            allocated.iter().any(|n| n == slurm_node),
+            "pod {pod} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
+        );
+    }
+
     /// The invariants every test checks: each bound pod runs on the Kubernetes node behind one
     /// of its Slurm job's allocated nodes, each bridge job's admin_comment lists exactly the pods
     /// labelled with its id, and Slurm has no other job (none submitted twice or cancelled).
@@ -90,15 +108,8 @@ impl Env {
                     .or_default()
                     .insert(format!("{NS}/{}", p.name_any()));
                 if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                    let job = self.rest.job(id).await.expect("job of a bound pod exists");
-                    let allocated =
-                        slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
-                    let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
-                    assert!(
-                        allocated.iter().any(|n| n == slurm_node),
-                        "pod {} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
-                        p.name_any()
-                    );
+                    self.assert_on_its_job(&p.name_any(), node, id, &slurm_names)
+                        .await;
                 }
             }
         }

@@ -181,7 +181,7 @@ pub(super) fn to_patch(s: &PodState, status: PodStatus) -> serde_json::Value {
 }
 
 /// Every container's status: `state` of each container (by name), ready (and started) or not,
-/// and `lastState` from the run `last_run` (none when it is below 0 or nothing ran before).
+/// and `lastState` naming run `last_run` (none when nothing ran before).
 fn container_statuses(
     s: &PodState,
     ready: bool,
