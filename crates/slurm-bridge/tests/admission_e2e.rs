@@ -11,86 +11,33 @@
 
 mod e2e;
 
-use e2e::{Env, SCHEDULER};
+use e2e::admission::{Certs, WebhookOptions, register, served_leaf, start_with, tls_connect};
+use e2e::{Env, SCHEDULER, create_retrying, temp_dir};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use prometheus_client::registry::Registry;
-use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
-use slurm_bridge::admission::{self, AdmissionOptions, certs::SelfManaged, validate};
+use slurm_bridge::admission::validate;
 use slurm_bridge::config::Config;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::watch;
 
 const MANAGED_NS: &str = "hpc";
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "sb-admission-e2e-{tag}-{}-{}",
-        std::process::id(),
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+/// How long a creation is retried while the API server cannot call the webhooks yet.
+const RETRY: Duration = Duration::from_secs(30);
 
-/// Registers both webhooks at `addr` (failurePolicy Fail), with `ca` as caBundle (none: left
-/// for the bridge to fill).
-async fn register(client: &kube::Client, name: &str, addr: SocketAddr, ca: Option<&str>) {
-    use base64::Engine;
-    let client_config = |path: &str| {
-        let mut c = json!({"url": format!("https://{addr}{path}")});
-        if let Some(ca) = ca {
-            c["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
-        }
-        c
-    };
-    let hook = |resources: Value, cc: Value| {
-        json!({
-            "name": "pods.slinky.slurm.net",
-            "clientConfig": cc,
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                       "resources": resources, "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 10,
-        })
-    };
-    let m = hook(json!(["pods"]), client_config("/mutate--v1-pod"));
-    let v = hook(
-        json!(["pods", "pods/resize"]),
-        client_config("/validate--v1-pod"),
-    );
-    let mc: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name}, "webhooks": [m],
-    }))
-    .unwrap();
-    let vc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name}, "webhooks": [v],
-    }))
-    .unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &mc)
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &vc)
-        .await
-        .unwrap();
+/// The webhooks with `certs`, looking for new certificate files every 200 ms (the rotation
+/// below is seen quickly).
+fn fast_cert_poll(certs: Certs) -> WebhookOptions {
+    WebhookOptions {
+        certs,
+        cert_poll_interval: Some(Duration::from_millis(200)),
+    }
 }
 
 async fn create_namespace(client: &kube::Client, name: &str, labels: Value) {
@@ -136,67 +83,6 @@ fn scheduler_of(p: &Pod) -> &str {
         .unwrap_or_default()
 }
 
-struct Webhook {
-    handle: admission::AdmissionHandle,
-    stop: watch::Sender<bool>,
-    registry: Registry,
-}
-
-async fn start_webhook(
-    client: &kube::Client,
-    cfg: Config,
-    cert_dir: &Path,
-    self_managed: Option<SelfManaged>,
-) -> Webhook {
-    let mut opts = AdmissionOptions::new(cfg);
-    opts.listen = "127.0.0.1:0".parse().unwrap();
-    opts.cert_dir = cert_dir.to_path_buf();
-    opts.cert_poll_interval = Duration::from_millis(200);
-    opts.self_managed = self_managed;
-    let mut registry = Registry::default();
-    let (stop, mut stop_rx) = watch::channel(false);
-    let handle = admission::start(
-        client.clone(),
-        opts,
-        &mut registry,
-        watch::channel(true).1,
-        async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        },
-    )
-    .await
-    .expect("start the webhooks");
-    let mut ready = handle.ready.clone();
-    tokio::time::timeout(Duration::from_secs(30), ready.wait_for(|r| *r))
-        .await
-        .expect("webhooks ready")
-        .unwrap();
-    Webhook {
-        handle,
-        stop,
-        registry,
-    }
-}
-
-/// Creates `pod`, retrying while the API server has not yet picked up a webhook configuration
-/// change (it answers with a webhook call failure until then).
-async fn create_retrying(api: &Api<Pod>, pod: &Pod) -> Pod {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match api.create(&PostParams::default(), pod).await {
-            Ok(p) => return p,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!(
-                    "create {}: {e}; retrying",
-                    pod.metadata.name.as_deref().unwrap_or("")
-                );
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(e) => panic!("create failed: {e}"),
-        }
-    }
-}
-
 /// One HTTPS POST on a fresh connection: (status, body, leaf certificate DER).
 async fn https_post(
     addr: SocketAddr,
@@ -205,22 +91,8 @@ async fn https_post(
     body: &[u8],
 ) -> (u16, String, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(admission::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string()).unwrap();
-    let mut s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    let leaf = s.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let mut s = tls_connect(addr, ca_pem).await.unwrap();
+    let leaf = served_leaf(&s);
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -251,18 +123,21 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
     create_namespace(&client, MANAGED_NS, json!({})).await;
 
     // Certificates provided in the cert dir (made here with the bridge's own generator).
-    let dir = temp_dir("provided");
-    let sm = SelfManaged::new(dir.clone(), vec!["127.0.0.1".into()], vec![]);
-    sm.ensure_files(SystemTime::now()).unwrap();
-    let ca = sm.ca_bundle().unwrap();
     let cfg = Config {
         scheduler_name: SCHEDULER.into(),
         managed_namespaces: vec![MANAGED_NS.into()],
         ..Default::default()
     };
-    let hook = start_webhook(&client, cfg, &dir, None).await;
+    let hook = start_with(
+        &client,
+        cfg,
+        "slurm-bridge-admission",
+        fast_cert_poll(Certs::Provided),
+    )
+    .await;
+    let (dir, sm) = (hook.cert_dir.clone(), &hook.certs);
+    let ca = sm.ca_bundle().unwrap();
     let addr = hook.handle.local_addr;
-    register(&client, "slurm-bridge-admission", addr, Some(&ca)).await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
     // Through the kube client, with a nodeName that must be cleared.
@@ -273,6 +148,7 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
             MANAGED_NS,
             json!({"spec": {"nodeName": "node-2"}}),
         ),
+        RETRY,
     )
     .await;
     assert_eq!(
@@ -437,10 +313,8 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
     )
     .await;
 
-    hook.stop.send_replace(true);
+    drop(hook);
     env.assert_invariants().await;
-    let _ = std::fs::remove_dir_all(&dir);
-    drop(hook.registry);
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -458,8 +332,7 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
     // Managed by a namespace selector this time (watch cache).
     create_namespace(&client, MANAGED_NS, json!({"slurm-bridge": "managed"})).await;
     create_namespace(&client, "web", json!({"slurm-bridge": "no"})).await;
-    let dir = temp_dir("self-managed");
-    // The webhook must be registered first to know its port: bind, then register without a
+    // The webhook must be started first to know its port: bind, then register without a
     // caBundle (calls fail, and with failurePolicy Fail so do pod creations, until the bridge
     // has filled it).
     let cfg = Config {
@@ -469,23 +342,20 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
         ),
         ..Default::default()
     };
-    let mut sm = SelfManaged::new(
-        dir.clone(),
-        vec!["127.0.0.1".into()],
-        vec!["slurm-bridge-admission".into()],
-    );
-    sm.check_interval = Duration::from_millis(500);
-    let hook = start_webhook(&client, cfg, &dir, Some(sm.clone())).await;
-    register(
+    let certs = Certs::SelfManaged {
+        configurations: vec!["slurm-bridge-admission".into()],
+        check_interval: Duration::from_millis(500),
+    };
+    let hook = start_with(
         &client,
+        cfg,
         "slurm-bridge-admission",
-        hook.handle.local_addr,
-        None,
+        fast_cert_poll(certs),
     )
     .await;
 
     // The bridge fills both configurations' caBundle with its CA.
-    let ca = sm.ca_bundle().expect("CA written");
+    let ca = hook.certs.ca_bundle().expect("CA written");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let m = Api::<MutatingWebhookConfiguration>::all(client.clone())
@@ -518,7 +388,7 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
 
     // The API server calls the webhook successfully.
     let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
-    let p = create_retrying(&pods, &plain_pod("first", MANAGED_NS, json!({}))).await;
+    let p = create_retrying(&pods, &plain_pod("first", MANAGED_NS, json!({})), RETRY).await;
     assert_eq!(scheduler_of(&p), SCHEDULER);
     let web = Api::<Pod>::namespaced(client.clone(), "web")
         .create(&PostParams::default(), &plain_pod("w", "web", json!({})))
@@ -547,7 +417,7 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
         .replace("slurm-bridge-admission", &PostParams::default(), &m)
         .await
         .unwrap();
-    let p = create_retrying(&pods, &plain_pod("second", MANAGED_NS, json!({}))).await;
+    let p = create_retrying(&pods, &plain_pod("second", MANAGED_NS, json!({})), RETRY).await;
     assert_eq!(scheduler_of(&p), SCHEDULER);
 
     // Benchmark: 1,000 pod creations through both webhooks (16 at a time).
@@ -593,8 +463,7 @@ async fn self_managed_certificates_fill_the_ca_bundle() {
         percentile(&lat, 0.99),
         lat[lat.len() - 1],
     );
-    hook.stop.send_replace(true);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(hook);
 }
 
 /// `slurm-bridge run` serves the webhooks too: self-managed certificates, the caBundle filled
@@ -604,13 +473,8 @@ async fn run_serves_the_webhooks_with_self_managed_certificates() {
     let env = Env::start(2).await;
     let client = env.kube.clone();
     create_namespace(&client, MANAGED_NS, json!({})).await;
-    let dir = temp_dir("run");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let dir = temp_dir("sb-admission-e2e-run");
+    let addr: SocketAddr = format!("127.0.0.1:{}", e2e::free_port()).parse().unwrap();
     register(&client, "slurm-bridge-admission", addr, None).await;
     let certs = dir.join("certs");
     let (mut child, _config) = e2e::spawn_run(
@@ -632,7 +496,7 @@ async fn run_serves_the_webhooks_with_self_managed_certificates() {
     );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), MANAGED_NS);
-    let p = create_retrying(&pods, &plain_pod("by-run", MANAGED_NS, json!({}))).await;
+    let p = create_retrying(&pods, &plain_pod("by-run", MANAGED_NS, json!({})), RETRY).await;
     assert_eq!(scheduler_of(&p), SCHEDULER);
     env.wait_bound_in(MANAGED_NS, &["by-run".to_string()], Duration::from_secs(90))
         .await;

@@ -63,110 +63,81 @@ async fn dynamic_api(env: &Env, api_version: &str, kind: &str) -> Api<DynamicObj
     Api::namespaced_with(env.kube.clone(), e2e::NS, &ar)
 }
 
-/// Creates the workload of `kind` named `name`; returns its case.
+/// The workload of `kind` named `name`: (apiVersion, spec, the selector of its pods, how many).
+fn workload(kind: &str, name: &str) -> (&'static str, Value, String, usize) {
+    match kind {
+        // As the original's example: 2 groups (replicas) of a leader and a worker each.
+        "LeaderWorkerSet" => (
+            "leaderworkerset.x-k8s.io/v1",
+            json!({"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": template(json!({}), "Always")}}),
+            format!("leaderworkerset.sigs.k8s.io/name={name}"),
+            4,
+        ),
+        "JobSet" => (
+            "jobset.x-k8s.io/v1alpha2",
+            json!({"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "backoffLimit": 0,
+                "template": template(json!({}), "Never")}}}]}),
+            format!("jobset.sigs.k8s.io/jobset-name={name}"),
+            2,
+        ),
+        "Job" => (
+            "batch/v1",
+            json!({"parallelism": 2, "completions": 2, "backoffLimit": 0,
+                "template": template(json!({}), "Never")}),
+            format!("batch.kubernetes.io/job-name={name}"),
+            2,
+        ),
+        "Deployment" => (
+            "apps/v1",
+            json!({"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                "template": template(json!({"app": name}), "Always")}),
+            format!("app={name}"),
+            2,
+        ),
+        // A coscheduling gang of 3 whose pods the PodGroup owns (made by `create`), so its
+        // deletion takes them.
+        "PodGroup" => (
+            "scheduling.x-k8s.io/v1alpha1",
+            json!({"minMember": 3}),
+            format!("scheduling.x-k8s.io/pod-group={name}"),
+            3,
+        ),
+        other => panic!("no workload kind {other}"),
+    }
+}
+
+/// Creates the workload of `kind` (named after the kind and the policy); returns its case.
 async fn create(env: &Env, kind: &'static str, policy: PropagationPolicy) -> Case {
     let name = format!("{}-{}", kind.to_lowercase(), policy_name(&policy));
-    match kind {
-        "LeaderWorkerSet" => {
-            // As the original's example: 2 groups (replicas) of a leader and a worker each.
-            env.create(json!({
-                "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                "metadata": {"name": name},
-                "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
-                    "workerTemplate": template(json!({}), "Always")}}
-            }))
-            .await;
-            Case {
-                selector: format!("leaderworkerset.sigs.k8s.io/name={name}"),
-                pods: 4,
-                api_version: "leaderworkerset.x-k8s.io/v1",
-                kind,
-                name,
-                policy,
-            }
+    let (api_version, spec, selector, pods) = workload(kind, &name);
+    let owner = env
+        .create(json!({
+            "apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec,
+        }))
+        .await;
+    if kind == "PodGroup" {
+        for i in 0..pods {
+            let mut p = template(json!({"scheduling.x-k8s.io/pod-group": name}), "Always");
+            p["apiVersion"] = json!("v1");
+            p["kind"] = json!("Pod");
+            p["metadata"]["name"] = json!(format!("{name}-{i}"));
+            p["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": api_version, "kind": kind,
+                "name": name, "uid": owner.uid().unwrap(),
+                "controller": true, "blockOwnerDeletion": true,
+            }]);
+            env.create_pod(p).await;
         }
-        "JobSet" => {
-            env.create(json!({
-                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                "metadata": {"name": name},
-                "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
-                    "parallelism": 1, "completions": 1, "backoffLimit": 0,
-                    "template": template(json!({}), "Never")}}}]}
-            }))
-            .await;
-            Case {
-                selector: format!("jobset.sigs.k8s.io/jobset-name={name}"),
-                pods: 2,
-                api_version: "jobset.x-k8s.io/v1alpha2",
-                kind,
-                name,
-                policy,
-            }
-        }
-        "Job" => {
-            env.create(json!({
-                "apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name},
-                "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0,
-                    "template": template(json!({}), "Never")}
-            }))
-            .await;
-            Case {
-                selector: format!("batch.kubernetes.io/job-name={name}"),
-                pods: 2,
-                api_version: "batch/v1",
-                kind,
-                name,
-                policy,
-            }
-        }
-        "Deployment" => {
-            env.create(json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name},
-                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
-                    "template": template(json!({"app": name}), "Always")}
-            }))
-            .await;
-            Case {
-                selector: format!("app={name}"),
-                pods: 2,
-                api_version: "apps/v1",
-                kind,
-                name,
-                policy,
-            }
-        }
-        "PodGroup" => {
-            // A coscheduling gang of 3 whose pods the PodGroup owns, so its deletion takes them.
-            let pg = env
-                .create(json!({
-                    "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                    "metadata": {"name": name}, "spec": {"minMember": 3}
-                }))
-                .await;
-            for i in 0..3 {
-                let mut p = template(json!({"scheduling.x-k8s.io/pod-group": name}), "Always");
-                p["apiVersion"] = json!("v1");
-                p["kind"] = json!("Pod");
-                p["metadata"]["name"] = json!(format!("{name}-{i}"));
-                p["metadata"]["ownerReferences"] = json!([{
-                    "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                    "name": name, "uid": pg.uid().unwrap(),
-                    "controller": true, "blockOwnerDeletion": true,
-                }]);
-                env.create_pod(p).await;
-            }
-            Case {
-                selector: format!("scheduling.x-k8s.io/pod-group={name}"),
-                pods: 3,
-                api_version: "scheduling.x-k8s.io/v1alpha1",
-                kind,
-                name,
-                policy,
-            }
-        }
-        other => panic!("no workload kind {other}"),
+    }
+    Case {
+        name,
+        api_version,
+        kind,
+        selector,
+        pods,
+        policy,
     }
 }
 

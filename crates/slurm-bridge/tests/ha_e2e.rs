@@ -12,7 +12,7 @@
 
 mod e2e;
 
-use e2e::{Env, NS, pod};
+use e2e::{Env, NS, free_port, pod};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
@@ -25,6 +25,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
+
+/// A fresh folder for one test's replicas.
+fn temp_dir(tag: &str) -> PathBuf {
+    e2e::temp_dir(&format!("sb-ha-{tag}"))
+}
 
 /// One `slurm-bridge` process under leader election.
 struct Replica {
@@ -42,27 +47,6 @@ impl Drop for Replica {
             let _ = self.child.wait();
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "sb-ha-{tag}-{}-{}",
-        std::process::id(),
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// Writes the config file every replica of a test reads.
@@ -165,6 +149,19 @@ fn signal(r: &Replica, sig: &str) {
 
 fn log_of(r: &Replica) -> String {
     std::fs::read_to_string(&r.log).unwrap_or_default()
+}
+
+/// Stops every replica with SIGTERM; each must exit cleanly.
+async fn terminate_all<'a>(replicas: impl IntoIterator<Item = &'a mut Replica>) {
+    for r in replicas {
+        let status = e2e::terminate(&mut r.child).await;
+        assert!(
+            status.success(),
+            "{}: {status:?}; log:\n{}",
+            r.identity,
+            log_of(r)
+        );
+    }
 }
 
 /// GET /metrics of a replica (plain HTTP/1.0), with a timeout.
@@ -475,15 +472,7 @@ async fn a_run_leader_paused_past_its_lease_sends_nothing_after_it_resumes() {
     wait_holder(&env, "ha-run", "run-a", Duration::from_secs(60)).await;
     let mut b = spawn(&env, &dir, &config, "run", "run-b", "ha-run", &[]);
     pause_leaders_past_their_leases(&env, &["ha-run"], &[&a], &[&b]).await;
-    for r in [&mut a, &mut b] {
-        let status = e2e::terminate(&mut r.child).await;
-        assert!(
-            status.success(),
-            "{}: {status:?}; log:\n{}",
-            r.identity,
-            log_of(r)
-        );
-    }
+    terminate_all([&mut a, &mut b]).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -500,15 +489,7 @@ async fn split_mode_leaders_paused_past_their_leases_send_nothing_after_they_res
     let mut sb = spawn(&env, &dir, &config, "scheduler", "sched-b", ls, &[]);
     let mut cb = spawn(&env, &dir, &config, "controllers", "ctrl-b", lc, &[]);
     pause_leaders_past_their_leases(&env, &[ls, lc], &[&sa, &ca], &[&sb, &cb]).await;
-    for r in [&mut sa, &mut ca, &mut sb, &mut cb] {
-        let status = e2e::terminate(&mut r.child).await;
-        assert!(
-            status.success(),
-            "{}: {status:?}; log:\n{}",
-            r.identity,
-            log_of(r)
-        );
-    }
+    terminate_all([&mut sa, &mut ca, &mut sb, &mut cb]).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -676,41 +657,8 @@ async fn killing_the_leader_again_and_again_never_duplicates_a_job() {
         percentile(&to_bind, 0.5),
         percentile(&to_bind, 0.99),
     );
-    for r in &mut replicas {
-        let status = e2e::terminate(&mut r.child).await;
-        assert!(
-            status.success(),
-            "{}: {status:?}; log:\n{}",
-            r.identity,
-            log_of(r)
-        );
-    }
+    terminate_all(&mut replicas).await;
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The leaf certificate a TLS server at `addr` presents, verified against `ca_pem` for the IP.
-async fn served_leaf(addr: SocketAddr, ca_pem: &str) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(c.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(slurm_bridge::admission::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string()).unwrap();
-    let s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(s.get_ref().1.peer_certificates().unwrap()[0].to_vec())
 }
 
 /// Two `run` replicas with self-managed certificates and the CA in one Secret: the first
@@ -834,7 +782,7 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
     for (i, a) in addrs.iter().enumerate() {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match served_leaf(*a, &ca_pem).await {
+            match e2e::admission::tls_connect(*a, &ca_pem).await {
                 Ok(_) => break,
                 Err(e) => {
                     assert!(
@@ -923,15 +871,7 @@ async fn two_replicas_serve_admission_with_one_shared_ca() {
         let crt = std::fs::read_to_string(dir.join(format!("certs-{i}/ca.crt"))).unwrap();
         assert_eq!(crt, ca_pem, "replica {i} keeps another CA");
     }
-    for r in &mut replicas {
-        let status = e2e::terminate(&mut r.child).await;
-        assert!(
-            status.success(),
-            "{}: {status:?}; log:\n{}",
-            r.identity,
-            log_of(r)
-        );
-    }
+    terminate_all(&mut replicas).await;
     env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

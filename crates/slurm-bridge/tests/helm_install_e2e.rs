@@ -10,164 +10,24 @@
 
 mod e2e;
 
-use e2e::{Env, SCHEDULER};
+use e2e::helm::{self, Component, Identity};
+use e2e::{Env, SCHEDULER, create_retrying, wait_phase, wait_until};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RELEASE: &str = "sb";
 const RELEASE_NS: &str = "slinky";
 const MANAGED_NS: &str = "slurm-bridge";
 const WEBHOOK: &str = "sb-slurm-bridge-admission";
-
-fn chart() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../helm/slurm-bridge")
-        .display()
-        .to_string()
-}
-
-/// A component started from its Deployment: the process and its log.
-struct Component {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Component {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Component {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A kubeconfig that authenticates as `account` with a token from the TokenRequest API.
-async fn account_kubeconfig(env: &Env, account: &str, dir: &Path) -> PathBuf {
-    let sas: Api<ServiceAccount> = Api::namespaced(env.kube.clone(), RELEASE_NS);
-    let tr: TokenRequest = serde_json::from_value(json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"audiences": [], "expirationSeconds": 3600},
-    }))
-    .unwrap();
-    let token = sas
-        .create_token_request(account, &PostParams::default(), &tr)
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token status")
-        .token
-        .expect("a token");
-    let admin = std::fs::read_to_string(env.kube_env.kubeconfig()).unwrap();
-    let ca = admin
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
-        .expect("CA in the admin kubeconfig");
-    let path = dir.join(format!("{account}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: {account}\ncurrent-context: c\n",
-            env.kube_env.server()
-        ),
-    )
-    .unwrap();
-    path
-}
-
-/// Starts every Deployment of the release as a local process: the Deployment's container args,
-/// with the in-pod paths and addresses replaced by local ones.
-async fn start_components(
-    env: &Env,
-    manifest: &[Value],
-    dir: &Path,
-    listen: &str,
-) -> Vec<Component> {
-    let config = manifest
-        .iter()
-        .find(|d| d["kind"] == "ConfigMap")
-        .and_then(|d| d["data"]["config.yaml"].as_str())
-        .expect("the chart's ConfigMap");
-    let config_path = dir.join("config.yaml");
-    std::fs::write(&config_path, config).unwrap();
-    let mut out = Vec::new();
-    for d in manifest.iter().filter(|d| d["kind"] == "Deployment") {
-        let name = d["metadata"]["name"].as_str().unwrap().to_string();
-        let spec = &d["spec"]["template"]["spec"];
-        let account = spec["serviceAccountName"].as_str().unwrap();
-        let kubeconfig = account_kubeconfig(env, account, dir).await;
-        let container = &spec["containers"][0];
-        let args: Vec<String> = container["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let a = a.as_str().unwrap();
-                match a.split_once('=') {
-                    Some(("--config", _)) => format!("--config={}", config_path.display()),
-                    Some(("--health-probe-bind-address", _)) => {
-                        "--health-probe-bind-address=127.0.0.1:0".into()
-                    }
-                    Some(("--listen", _)) => format!("--listen={listen}"),
-                    Some(("--cert-dir", _)) => {
-                        format!("--cert-dir={}", dir.join("certs").display())
-                    }
-                    _ => a.to_string(),
-                }
-            })
-            .collect();
-        let uses_slurm = container["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| e["name"] == "SLURM_JWT_FILE");
-        let log = dir.join(format!("{name}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"));
-        cmd.args(&args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("POD_NAMESPACE", RELEASE_NS)
-            .env("RUST_LOG", "info")
-            .env_remove("SLURM_JWT")
-            .env_remove("SLURM_JWT_FILE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        if uses_slurm {
-            // What the chart mounts from the Secret: the Slurm token file.
-            cmd.env("SLURM_JWT_FILE", env.slurm.token_file());
-        }
-        eprintln!(
-            "starting {name} as {account}: slurm-bridge {}",
-            args.join(" ")
-        );
-        let child = cmd.spawn().expect("start slurm-bridge");
-        out.push(Component { name, child, log });
-    }
-    out
-}
-
-fn manifest(env: &Env) -> Vec<Value> {
-    let text = env
-        .kube_env
-        .helm(&["get", "manifest", RELEASE, "--namespace", RELEASE_NS])
-        .expect("helm get manifest");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("manifest parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
 
 fn assert_no_rbac_denials(components: &[Component]) {
     for c in components {
@@ -197,14 +57,6 @@ async fn webhook_ca_filled(env: &Env) -> bool {
         .iter()
         .all(|w| w.client_config.ca_bundle.is_some());
     m_ok && v_ok
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn pod(name: &str, seconds: u32) -> Pod {
@@ -267,7 +119,7 @@ async fn dra_round_trip(env: &Env, pods: &Api<Pod>) {
         1,
         "one GPU allocated in {claim}: {allocated:?}"
     );
-    wait_for("GPU claim deleted", Duration::from_secs(60), async || {
+    wait_until("GPU claim deleted", Duration::from_secs(60), async || {
         claims.get_opt(&claim).await.unwrap().is_none()
     })
     .await;
@@ -389,18 +241,7 @@ async fn bridge_stops_and_the_pre_delete_hook_releases(
         .partition(|c| !c.name.ends_with("-admission"));
     assert_eq!(stopped.len(), 2, "scheduler and controllers");
     drop(stopped);
-    wait_for(
-        "finishes-late Succeeded",
-        Duration::from_secs(60),
-        async || {
-            pods.get("finishes-late")
-                .await
-                .ok()
-                .and_then(|p| p.status?.phase)
-                .is_some_and(|p| p == "Succeeded")
-        },
-    )
-    .await;
+    wait_phase(pods, "finishes-late", "Succeeded", Duration::from_secs(60)).await;
     let late = pods.get("finishes-late").await.unwrap();
     assert!(
         holds_finalizer(&late),
@@ -417,7 +258,7 @@ async fn bridge_stops_and_the_pre_delete_hook_releases(
         .and_then(|d| d["metadata"]["name"].as_str())
         .unwrap()
         .to_string();
-    let kubeconfig = account_kubeconfig(env, &account, dir).await;
+    let kubeconfig = helm::account_kubeconfig(env, RELEASE_NS, &account, dir).await;
     let config_path = dir.join("config.yaml");
     let args: Vec<String> = args
         .iter()
@@ -477,13 +318,13 @@ async fn bridge_stops_and_the_pre_delete_hook_releases(
     pods.delete("finishes-late", &Default::default())
         .await
         .unwrap();
-    wait_for(
+    wait_until(
         "finishes-late deleted",
         Duration::from_secs(30),
         async || pods.get_opt("finishes-late").await.unwrap().is_none(),
     )
     .await;
-    wait_for("its Slurm job ended", Duration::from_secs(30), async || {
+    wait_until("its Slurm job ended", Duration::from_secs(30), async || {
         !env.active_job_ids().contains(&late_job)
     })
     .await;
@@ -502,32 +343,14 @@ async fn bridge_stops_and_the_pre_delete_hook_releases(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     let env = Env::start(2).await;
-    for ns in [RELEASE_NS, MANAGED_NS] {
-        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-        Api::<Namespace>::all(env.kube.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
-    }
+    helm::create_namespaces(&env, &[RELEASE_NS, MANAGED_NS]).await;
     let dir = std::env::temp_dir().join(format!("helm-install-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{}", e2e::free_port());
     let started = Instant::now();
-    let chart = chart();
-    let values = [
-        "admission.certManager.enabled=false".to_string(),
-        format!("admission.externalUrl=https://{listen}"),
-        format!("sharedConfig.slurmRestApi={}", env.slurm.rest_url()),
-        "schedulerConfig.mcsLabel=".to_string(),
-        "admission.extraArgs={--self-signed-check-interval=1s}".to_string(),
-        "scheduler.extraArgs={--slurm-poll-interval=200ms}".to_string(),
-    ];
+    let chart = helm::chart();
+    let values = helm::test_values(&env, &listen);
     let install = |cmd: &str, extra: &[&str]| {
         let mut args = vec![cmd, RELEASE, chart.as_str(), "--namespace", RELEASE_NS];
         for v in &values {
@@ -541,8 +364,16 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
         "helm install ({:.1} s): {out}",
         started.elapsed().as_secs_f64()
     );
-    let manifest1 = manifest(&env);
-    let components = start_components(&env, &manifest1, &dir, &listen).await;
+    let manifest = helm::manifest(&env, RELEASE, RELEASE_NS);
+    let components = helm::start_components(
+        &env,
+        &manifest,
+        RELEASE_NS,
+        &dir,
+        &listen,
+        Identity::ServiceAccounts,
+    )
+    .await;
     assert_eq!(
         components.len(),
         3,
@@ -551,7 +382,7 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     );
 
     // The admission process fills both configurations' caBundle (self-managed mode).
-    wait_for("caBundle filled", Duration::from_secs(60), async || {
+    wait_until("caBundle filled", Duration::from_secs(60), async || {
         webhook_ca_filled(&env).await
     })
     .await;
@@ -559,20 +390,7 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     // Admitted (schedulerName set by the mutating webhook), scheduled through Slurm, bound, runs,
     // completes, and its Slurm job ends.
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), MANAGED_NS);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let created = loop {
-        match pods
-            .create(&PostParams::default(), &pod("through-helm", 3))
-            .await
-        {
-            Ok(p) => break p,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("create: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!("create: {e}"),
-        }
-    };
+    let created = create_retrying(&pods, &pod("through-helm", 3), Duration::from_secs(30)).await;
     assert_eq!(
         created.spec.as_ref().unwrap().scheduler_name.as_deref(),
         Some(SCHEDULER),
@@ -590,15 +408,8 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
         "bound to {:?} as Slurm job {job_id}",
         bound[0].spec.as_ref().unwrap().node_name
     );
-    wait_for("pod Succeeded", Duration::from_secs(60), async || {
-        pods.get("through-helm")
-            .await
-            .ok()
-            .and_then(|p| p.status?.phase)
-            .is_some_and(|p| p == "Succeeded")
-    })
-    .await;
-    wait_for("Slurm job ended", Duration::from_secs(60), async || {
+    wait_phase(&pods, "through-helm", "Succeeded", Duration::from_secs(60)).await;
+    wait_until("Slurm job ended", Duration::from_secs(60), async || {
         !env.active_job_ids().contains(&job_id)
     })
     .await;
@@ -631,28 +442,13 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
     let m: Api<MutatingWebhookConfiguration> = Api::all(env.kube.clone());
     let hook = m.get(WEBHOOK).await.unwrap();
     assert_eq!(hook.webhooks.as_ref().unwrap()[0].timeout_seconds, Some(7));
-    wait_for(
+    wait_until(
         "caBundle after upgrade",
         Duration::from_secs(30),
         async || webhook_ca_filled(&env).await,
     )
     .await;
-    let p = {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match pods
-                .create(&PostParams::default(), &pod("after-upgrade", 1))
-                .await
-            {
-                Ok(p) => break p,
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("create: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-                Err(e) => panic!("create after upgrade: {e}"),
-            }
-        }
-    };
+    let p = create_retrying(&pods, &pod("after-upgrade", 1), Duration::from_secs(30)).await;
     assert_eq!(
         p.spec.as_ref().unwrap().scheduler_name.as_deref(),
         Some(SCHEDULER)

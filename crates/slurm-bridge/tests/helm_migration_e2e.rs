@@ -15,14 +15,14 @@
 
 mod e2e;
 
-use e2e::{Env, SCHEDULER};
+use e2e::helm::{self, Identity, repo_path};
+use e2e::{Env, SCHEDULER, create_retrying, wait_phase, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RELEASE: &str = "slurm-bridge";
 const RELEASE_NS: &str = "slinky";
@@ -32,93 +32,6 @@ const DEPLOYMENTS: [&str; 3] = [
     "slurm-bridge-controllers",
     "slurm-bridge-scheduler",
 ];
-
-fn repo_path(p: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A process started from a Deployment of the release; killed on drop.
-struct Component {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Component {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts every Deployment of `manifest` as a local process with the Deployment's arguments
-/// (in-pod paths and addresses replaced by local ones) and the admin kubeconfig. The chart's RBAC
-/// under each ServiceAccount is helm_install_e2e's business.
-fn start_components(env: &Env, manifest: &[Value], dir: &Path, listen: &str) -> Vec<Component> {
-    let config = manifest
-        .iter()
-        .find(|d| d["kind"] == "ConfigMap")
-        .and_then(|d| d["data"]["config.yaml"].as_str())
-        .expect("the chart's ConfigMap");
-    let config_path = dir.join("config.yaml");
-    std::fs::write(&config_path, config).unwrap();
-    let mut out = Vec::new();
-    for d in manifest.iter().filter(|d| d["kind"] == "Deployment") {
-        let name = d["metadata"]["name"].as_str().unwrap().to_string();
-        let container = &d["spec"]["template"]["spec"]["containers"][0];
-        let args: Vec<String> = container["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                let a = a.as_str().unwrap();
-                match a.split_once('=') {
-                    Some(("--config", _)) => format!("--config={}", config_path.display()),
-                    Some(("--health-probe-bind-address", _)) => {
-                        "--health-probe-bind-address=127.0.0.1:0".into()
-                    }
-                    Some(("--listen", _)) => format!("--listen={listen}"),
-                    Some(("--cert-dir", _)) => {
-                        format!("--cert-dir={}", dir.join("certs").display())
-                    }
-                    _ => a.to_string(),
-                }
-            })
-            .collect();
-        let log = dir.join(format!("{name}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"));
-        cmd.args(&args)
-            .env("KUBECONFIG", env.kube_env.kubeconfig())
-            .env("POD_NAMESPACE", RELEASE_NS)
-            .env("RUST_LOG", "info")
-            .env("SLURM_JWT_FILE", env.slurm.token_file())
-            .env_remove("SLURM_JWT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        eprintln!("starting {name}: slurm-bridge {}", args.join(" "));
-        let child = cmd.spawn().expect("start slurm-bridge");
-        out.push(Component { name, child, log });
-    }
-    out
-}
-
-fn manifest(env: &Env) -> Vec<Value> {
-    let text = env
-        .kube_env
-        .helm(&["get", "manifest", RELEASE, "--namespace", RELEASE_NS])
-        .expect("helm get manifest");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("manifest parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
 
 /// The original's values file without its three `*.image.repository` lines (the guide's edit).
 fn edited_values(dir: &Path) -> PathBuf {
@@ -139,13 +52,7 @@ fn edited_values(dir: &Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works() {
     let env = Env::start(2).await;
-    for ns in [RELEASE_NS, MANAGED_NS] {
-        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-        Api::<Namespace>::all(env.kube.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
-    }
+    helm::create_namespaces(&env, &[RELEASE_NS, MANAGED_NS]).await;
     let dir = std::env::temp_dir().join(format!("helm-migration-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -162,7 +69,7 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         .helm(&["install", RELEASE, &original, "--namespace", RELEASE_NS])
         .expect("install the original's release");
     let deployments: Api<Deployment> = Api::namespaced(env.kube.clone(), RELEASE_NS);
-    wait_for(
+    wait_until(
         "the original's Deployments have their pods",
         Duration::from_secs(60),
         async || {
@@ -200,23 +107,10 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
 
     // 2. Without them (and with what this test's cluster needs: no cert-manager, the webhooks
     // served by a local process, the test's Slurm): refused while the original's Deployments exist.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{}", e2e::free_port());
     let values = edited_values(&dir).display().to_string();
-    let sets = [
-        "image.repository=slurm-bridge".to_string(),
-        "admission.certManager.enabled=false".to_string(),
-        format!("admission.externalUrl=https://{listen}"),
-        format!("sharedConfig.slurmRestApi={}", env.slurm.rest_url()),
-        // slurm-testenv runs no MCS plugin.
-        "schedulerConfig.mcsLabel=".to_string(),
-        "admission.extraArgs={--self-signed-check-interval=1s}".to_string(),
-        "scheduler.extraArgs={--slurm-poll-interval=200ms}".to_string(),
-    ];
+    let mut sets = vec!["image.repository=slurm-bridge".to_string()];
+    sets.extend(helm::test_values(&env, &listen));
     let upgrade = || {
         let mut args = vec![
             "upgrade",
@@ -281,7 +175,7 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         .kubectl(&words[1..])
         .expect("the given command");
     let pods_in_release: Api<Pod> = Api::namespaced(env.kube.clone(), RELEASE_NS);
-    wait_for(
+    wait_until(
         "the original's pods are gone",
         Duration::from_secs(60),
         async || {
@@ -334,8 +228,10 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
     );
 
     // 4. It works: admitted, scheduled through Slurm, bound, runs, completes, its job ends.
-    let manifest = manifest(&env);
-    let components = start_components(&env, &manifest, &dir, &listen);
+    // As the admin: the chart's RBAC under each ServiceAccount is helm_install_e2e's business.
+    let manifest = helm::manifest(&env, RELEASE, RELEASE_NS);
+    let components =
+        helm::start_components(&env, &manifest, RELEASE_NS, &dir, &listen, Identity::Admin).await;
     assert_eq!(components.len(), 3);
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), MANAGED_NS);
     let pod: Pod = serde_json::from_value(json!({
@@ -348,17 +244,7 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
     .unwrap();
     // The webhooks answer once the admission process has made its certificate and written the
     // caBundle; until then creation fails (failurePolicy Fail).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let created = loop {
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(p) => break p,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("create: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!("create: {e}"),
-        }
-    };
+    let created = create_retrying(&pods, &pod, Duration::from_secs(60)).await;
     assert_eq!(
         created.spec.as_ref().unwrap().scheduler_name.as_deref(),
         Some(SCHEDULER),
@@ -372,19 +258,18 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
         )
         .await;
     let job_id = e2e::job_id_of(&bound[0]);
-    wait_for("pod Succeeded", Duration::from_secs(60), async || {
-        pods.get("after-migration")
-            .await
-            .ok()
-            .and_then(|p| p.status?.phase)
-            .is_some_and(|p| p == "Succeeded")
-    })
+    wait_phase(
+        &pods,
+        "after-migration",
+        "Succeeded",
+        Duration::from_secs(60),
+    )
     .await;
-    wait_for("Slurm job ended", Duration::from_secs(60), async || {
+    wait_until("Slurm job ended", Duration::from_secs(60), async || {
         !env.active_job_ids().contains(&job_id)
     })
     .await;
-    wait_for("finalizer released", Duration::from_secs(60), async || {
+    wait_until("finalizer released", Duration::from_secs(60), async || {
         pods.get("after-migration").await.is_ok_and(|p| {
             !p.metadata
                 .finalizers

@@ -13,7 +13,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use slurm_bridge::controllers::node::slurm_view::CONDITION_TYPE;
-use slurm_bridge::controllers::node::{self, NodeControllerOptions, NodeMetrics, ownership};
+use slurm_bridge::controllers::node::{
+    self, NodeControllerOptions, NodeInputs, NodeMetrics, ownership,
+};
 use slurm_bridge::slurm::NodeControl;
 use slurm_bridge::slurm::SlurmNodeCache;
 use slurm_bridge::wellknown::{LABEL_EXTERNAL_NODE, TAINT_MANAGED_NODE};
@@ -115,14 +117,18 @@ impl Harness {
 
         let (stop, mut stop_rx) = watch::channel(false);
         self.stop = stop;
-        self.tasks.push(tokio::spawn(node::run(
-            kube.clone(),
-            Arc::new(self.rest.clone()),
-            cache,
-            store,
-            rx,
+        // What the controllers process hands the node controller (`controllers::run`).
+        let inputs = NodeInputs {
+            client: kube.clone(),
+            slurm: Arc::new(self.rest.clone()),
+            slurm_nodes: cache,
+            nodes: store,
+            node_changes: rx,
             slices,
-            futures::stream::empty(),
+            slice_changes: futures::stream::empty(),
+        };
+        self.tasks.push(tokio::spawn(node::run(
+            inputs,
             NodeControllerOptions {
                 scheduler_name: e2e::SCHEDULER.into(),
                 workers: 2,

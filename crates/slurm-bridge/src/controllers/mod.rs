@@ -163,7 +163,7 @@ pub fn run_with<S: Slurm + NodeControl>(
                     slices: caches.handles.slices.clone(),
                     slice_changes: slice_node_refs(caches.slice_changes()),
                 };
-                let nodes = node::run_on(
+                let nodes = node::run(
                     inputs,
                     node_opts.clone(),
                     node_metrics.clone(),

@@ -134,15 +134,8 @@ impl Env {
                 .unwrap_or_else(|| panic!("bound pod {} has no job id label", p.name_any()))
                 .parse()
                 .unwrap();
-            let job = self.rest.job(id).await.expect("job of a bound pod exists");
-            let allocated =
-                slurm_rest::hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap();
-            let slurm_node = slurm_names.get(node).map_or(node, String::as_str);
-            assert!(
-                allocated.iter().any(|n| n == slurm_node),
-                "pod {} runs on {node} (Slurm node {slurm_node}), not on its job {id}'s nodes {allocated:?}",
-                p.name_any()
-            );
+            self.assert_on_its_job(&p.name_any(), node, id, &slurm_names)
+                .await;
         }
     }
 

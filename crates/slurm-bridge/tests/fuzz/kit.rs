@@ -226,6 +226,27 @@ pub fn fuzz<S: Strategy>(
     }
 }
 
+/// Fuzzes a target on bytes: every file of its corpus (`corpus_dir(target)`) replayed, then
+/// generated inputs mutated from it with `dict` (see [`inputs`]).
+pub fn fuzz_bytes(
+    target: &'static str,
+    dict: &'static [&'static str],
+    check: impl Fn(&[u8]) -> Result<(), TestCaseError>,
+) {
+    fuzz_corpus(target, read_dir(&corpus_dir(target)), dict, check)
+}
+
+/// As [`fuzz_bytes`], on the given corpus.
+pub fn fuzz_corpus(
+    target: &'static str,
+    corpus: Vec<(String, Vec<u8>)>,
+    dict: &'static [&'static str],
+    check: impl Fn(&[u8]) -> Result<(), TestCaseError>,
+) {
+    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
+    fuzz(target, &corpus, &check, inputs(seeds, dict), |b| check(&b));
+}
+
 /// Text of bytes, lossily (most parsers take `&str`; invalid UTF-8 becomes U+FFFD).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -180,6 +180,31 @@ pub(super) fn to_patch(s: &PodState, status: PodStatus) -> serde_json::Value {
     serde_json::json!({ "metadata": { "uid": s.uid }, "status": st })
 }
 
+/// Every container's status: `state` of each container (by name), ready (and started) or not,
+/// and `lastState` naming run `last_run` (none when nothing ran before).
+fn container_statuses(
+    s: &PodState,
+    ready: bool,
+    last_run: i32,
+    state: impl Fn(&str) -> ContainerState,
+) -> Vec<ContainerStatus> {
+    containers(s)
+        .into_iter()
+        .map(|(name, image)| ContainerStatus {
+            image_id: image_id(&image),
+            container_id: Some(container_id(s, &name, s.restart_count)),
+            ready,
+            started: Some(ready),
+            restart_count: s.restart_count,
+            state: Some(state(&name)),
+            last_state: last_state(s, &name, last_run),
+            name,
+            image,
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// Status of a pod whose containers run.
 pub(super) fn running_status(s: &PodState) -> serde_json::Value {
     let t = s.run_started_wall.clone();
@@ -190,28 +215,14 @@ pub(super) fn running_status(s: &PodState) -> serde_json::Value {
         condition(s, "Ready", true, None, &t),
     ];
     let mut st = base_status(s, "Running", conds, None);
-    st.container_statuses = Some(
-        containers(s)
-            .into_iter()
-            .map(|(name, image)| ContainerStatus {
-                image_id: image_id(&image),
-                container_id: Some(container_id(s, &name, s.restart_count)),
-                ready: true,
-                started: Some(true),
-                restart_count: s.restart_count,
-                state: Some(ContainerState {
-                    running: Some(ContainerStateRunning {
-                        started_at: Some(t.clone()),
-                    }),
-                    ..Default::default()
-                }),
-                last_state: last_state(s, &name, s.restart_count - 1),
-                name,
-                image,
-                ..Default::default()
-            })
-            .collect(),
-    );
+    st.container_statuses = Some(container_statuses(s, true, s.restart_count - 1, |_| {
+        ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(t.clone()),
+            }),
+            ..Default::default()
+        }
+    }));
     to_patch(s, st)
 }
 
@@ -225,29 +236,15 @@ pub(super) fn waiting_status(s: &PodState) -> serde_json::Value {
         condition(s, "Ready", false, Some("ContainersNotReady"), &t),
     ];
     let mut st = base_status(s, "Running", conds, None);
-    st.container_statuses = Some(
-        containers(s)
-            .into_iter()
-            .map(|(name, image)| ContainerStatus {
-                image_id: image_id(&image),
-                container_id: Some(container_id(s, &name, s.restart_count)),
-                ready: false,
-                started: Some(false),
-                restart_count: s.restart_count,
-                state: Some(ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some("CrashLoopBackOff".into()),
-                        message: Some(format!("back-off restarting failed container {name}")),
-                    }),
-                    ..Default::default()
-                }),
-                last_state: last_state(s, &name, s.restart_count),
-                name,
-                image,
-                ..Default::default()
-            })
-            .collect(),
-    );
+    st.container_statuses = Some(container_statuses(s, false, s.restart_count, |name| {
+        ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: Some(format!("back-off restarting failed container {name}")),
+            }),
+            ..Default::default()
+        }
+    }));
     to_patch(s, st)
 }
 
@@ -270,28 +267,14 @@ pub(super) fn terminal_status(s: &PodState, code: i32) -> serde_json::Value {
     // Sidecars are stopped once the main containers end: a clean exit unless killed.
     let sidecar_code = if code == KILLED_EXIT_CODE { code } else { 0 };
     let mut st = base_status(s, phase, conds, Some((sidecar_code, &t)));
-    st.container_statuses = Some(
-        containers(s)
-            .into_iter()
-            .map(|(name, image)| ContainerStatus {
-                image_id: image_id(&image),
-                container_id: Some(container_id(s, &name, s.restart_count)),
-                ready: false,
-                started: Some(false),
-                restart_count: s.restart_count,
-                state: Some(terminated(
-                    code,
-                    Some(s.run_started_wall.clone()),
-                    t.clone(),
-                    container_id(s, &name, s.restart_count),
-                )),
-                last_state: last_state(s, &name, s.restart_count - 1),
-                name,
-                image,
-                ..Default::default()
-            })
-            .collect(),
-    );
+    st.container_statuses = Some(container_statuses(s, false, s.restart_count - 1, |name| {
+        terminated(
+            code,
+            Some(s.run_started_wall.clone()),
+            t.clone(),
+            container_id(s, name, s.restart_count),
+        )
+    }));
     to_patch(s, st)
 }
 

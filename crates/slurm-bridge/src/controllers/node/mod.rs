@@ -113,7 +113,7 @@ struct Ctx<S, C> {
 }
 
 /// What the node controller runs on: the Kubernetes client, the Slurm client, the shared caches
-/// (already running; [`run_on`] waits until they are synced) and the streams of nodes to pass
+/// (already running; [`run`] waits until they are synced) and the streams of nodes to pass
 /// again: `node_changes` (nodes that changed or went) and `slice_changes` (nodes whose
 /// ResourceSlices changed: a changed device inventory re-registers the node through the same
 /// drain-then-recreate path as a capacity change).
@@ -134,36 +134,9 @@ pub struct NodeInputs<S, C, N, L> {
     pub slice_changes: L,
 }
 
-/// Runs the node controller with its arguments one by one; see [`run_on`], which new callers use
-/// (this form stays for the node controller's e2e test until it moves to [`run_on`]).
-#[allow(clippy::too_many_arguments)]
-pub async fn run<S: NodeControl, C: SlurmNodes>(
-    client: kube::Client,
-    slurm: Arc<S>,
-    slurm_nodes: Arc<SlurmNodeCache<C>>,
-    nodes: Store<Node>,
-    node_changes: impl Stream<Item = ObjectRef<Node>> + Send + 'static,
-    slices: Store<ResourceSlice>,
-    slice_changes: impl Stream<Item = ObjectRef<Node>> + Send + 'static,
-    opts: NodeControllerOptions,
-    metrics: Arc<NodeMetrics>,
-    stop: impl Future<Output = ()> + Send + 'static,
-) {
-    let inputs = NodeInputs {
-        client,
-        slurm,
-        slurm_nodes,
-        nodes,
-        node_changes,
-        slices,
-        slice_changes,
-    };
-    run_on(inputs, opts, metrics, stop).await
-}
-
 /// Runs the node controller until `stop` completes (then lets the passes in flight finish).
 /// Call it once per term of leadership.
-pub async fn run_on<S, C, N, L>(
+pub async fn run<S, C, N, L>(
     inputs: NodeInputs<S, C, N, L>,
     opts: NodeControllerOptions,
     metrics: Arc<NodeMetrics>,

@@ -2,7 +2,7 @@
 //! `<suffix>=<value>` (the suffix after `slurmjob.slinky.slurm.net/`; a line with a `/` before
 //! its `=` is a full key).
 
-use crate::kit::{self, fuzz, inputs, text};
+use crate::kit::{self, text};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slurm_bridge::wellknown::{SLURMJOB_PREFIX, slurmjob};
@@ -110,13 +110,5 @@ const DICT: &[&str] = &[
 
 #[test]
 fn slurmjob_annotations() {
-    let corpus = kit::read_dir(&kit::corpus_dir("annotations"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "annotations",
-        &corpus,
-        |b| check(&to_map(b)),
-        inputs(seeds, DICT),
-        |b| check(&to_map(&b)),
-    );
+    kit::fuzz_bytes("annotations", DICT, |b| check(&to_map(b)));
 }

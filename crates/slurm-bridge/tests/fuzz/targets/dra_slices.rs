@@ -2,7 +2,7 @@
 //! its CPU map. The corpus is JSON lists of slices; the structured part generates CPU layouts
 //! with random (also missing, negative, repeated) ids.
 
-use crate::kit::{self, fuzz, inputs};
+use crate::kit::{self, fuzz};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -76,15 +76,7 @@ const DICT: &[&str] = &[
 
 #[test]
 fn resource_slices() {
-    let corpus = kit::read_dir(&kit::corpus_dir("resource_slices"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "resource_slices",
-        &corpus,
-        slices,
-        inputs(seeds, DICT),
-        |b| slices(&b),
-    );
+    kit::fuzz_bytes("resource_slices", DICT, slices);
 }
 
 /// A generated `dra.cpu` device: cpuID, coreID, socketID, coreType (`None`: left out).

@@ -1,6 +1,6 @@
 //! Text Kubernetes users write: quantities; the `admin_comment` a Slurm job carries.
 
-use crate::kit::{self, fuzz, inputs, text};
+use crate::kit::{self, text};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slurm_bridge::resources::quantity::Quantity;
@@ -61,15 +61,7 @@ const QUANTITY_DICT: &[&str] = &[
 
 #[test]
 fn quantities() {
-    let corpus = kit::read_dir(&kit::corpus_dir("quantity"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "quantity",
-        &corpus,
-        quantity,
-        inputs(seeds, QUANTITY_DICT),
-        |b| quantity(&b),
-    );
+    kit::fuzz_bytes("quantity", QUANTITY_DICT, quantity);
 }
 
 fn admin_comment(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -108,13 +100,5 @@ const JSON_DICT: &[&str] = &[
 
 #[test]
 fn admin_comments() {
-    let corpus = kit::read_dir(&kit::corpus_dir("admin_comment"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "admin_comment",
-        &corpus,
-        admin_comment,
-        inputs(seeds, JSON_DICT),
-        |b| admin_comment(&b),
-    );
+    kit::fuzz_bytes("admin_comment", JSON_DICT, admin_comment);
 }

@@ -1,6 +1,6 @@
 //! Bodies the API server posts to the webhook, and config.yaml.
 
-use crate::kit::{self, fuzz, inputs, text};
+use crate::kit::{self, text};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slurm_bridge::admission::review::{self, Verdict};
@@ -69,15 +69,7 @@ const REVIEW_DICT: &[&str] = &[
 
 #[test]
 fn admission_reviews() {
-    let corpus = kit::read_dir(&kit::corpus_dir("admission_review"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "admission_review",
-        &corpus,
-        admission_review,
-        inputs(seeds, REVIEW_DICT),
-        |b| admission_review(&b),
-    );
+    kit::fuzz_bytes("admission_review", REVIEW_DICT, admission_review);
 }
 
 fn config(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -141,9 +133,5 @@ const YAML_DICT: &[&str] = &[
 
 #[test]
 fn config_yaml() {
-    let corpus = kit::read_dir(&kit::corpus_dir("config"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("config", &corpus, config, inputs(seeds, YAML_DICT), |b| {
-        config(&b)
-    });
+    kit::fuzz_bytes("config", YAML_DICT, config);
 }

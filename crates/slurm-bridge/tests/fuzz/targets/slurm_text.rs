@@ -1,6 +1,6 @@
 //! Text Slurm sends: host lists, core bitmaps, GRES index lists.
 
-use crate::kit::{self, fuzz, inputs, text};
+use crate::kit::{self, text};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slurm_bridge::dra::parse_gres_index;
@@ -59,15 +59,7 @@ const HOSTLIST_DICT: &[&str] = &[
 
 #[test]
 fn hostlists() {
-    let corpus = kit::read_dir(&kit::corpus_dir("hostlist"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "hostlist",
-        &corpus,
-        hostlist,
-        inputs(seeds, HOSTLIST_DICT),
-        |b| hostlist(&b),
-    );
+    kit::fuzz_bytes("hostlist", HOSTLIST_DICT, hostlist);
 }
 
 fn bitmap(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -106,15 +98,7 @@ const HEX_DICT: &[&str] = &[
 
 #[test]
 fn core_bitmaps() {
-    let corpus = kit::read_dir(&kit::corpus_dir("core_bitmap"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "core_bitmap",
-        &corpus,
-        bitmap,
-        inputs(seeds, HEX_DICT),
-        |b| bitmap(&b),
-    );
+    kit::fuzz_bytes("core_bitmap", HEX_DICT, bitmap);
 }
 
 fn gres_index(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -148,13 +132,5 @@ const GRES_DICT: &[&str] = &[
 
 #[test]
 fn gres_indices() {
-    let corpus = kit::read_dir(&kit::corpus_dir("gres_index"));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz(
-        "gres_index",
-        &corpus,
-        gres_index,
-        inputs(seeds, GRES_DICT),
-        |b| gres_index(&b),
-    );
+    kit::fuzz_bytes("gres_index", GRES_DICT, gres_index);
 }

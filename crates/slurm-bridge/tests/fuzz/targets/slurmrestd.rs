@@ -1,7 +1,7 @@
 //! slurmrestd answers, decoded as the client decodes them. The corpus is slurm-rest's recorded
 //! real answers (`crates/slurm-rest/tests/fixtures/`) plus `tests/fuzz/corpus/slurmrestd/`.
 
-use crate::kit::{self, fuzz, inputs};
+use crate::kit;
 use proptest::test_runner::TestCaseError;
 use serde::Deserialize;
 use slurm_bridge::slurm::job_index::WatchedJob;
@@ -81,8 +81,5 @@ fn slurmrestd_answers() {
     let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm-rest/tests/fixtures");
     let mut corpus = kit::read_dir(&recorded);
     corpus.extend(kit::read_dir(&kit::corpus_dir("slurmrestd")));
-    let seeds = corpus.iter().map(|(_, b)| b.clone()).collect();
-    fuzz("slurmrestd", &corpus, answer, inputs(seeds, DICT), |b| {
-        answer(&b)
-    });
+    kit::fuzz_corpus("slurmrestd", corpus, DICT, answer);
 }

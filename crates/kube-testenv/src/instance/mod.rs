@@ -1,0 +1,335 @@
+//! One control plane: etcd, kube-apiserver and kube-controller-manager (plus, on request,
+//! kube-scheduler and the JobSet and LeaderWorkerSet controllers) as host processes in one
+//! process group, and the node agent as tasks of the owning process.
+
+use crate::agent::{self, AgentHandle, NodeSpec};
+use crate::binaries::{self, ETCD, JOBSET, KUBERNETES, LWS};
+use crate::error::{Error, Result};
+use crate::launcher::{Launcher, wait_nodes_schedulable};
+use crate::paths::run_dir;
+use crate::ports;
+use slurm_testenv::process::ProcId;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+mod boot;
+mod state;
+
+use boot::Ports;
+use state::write_meta;
+pub(crate) use state::{Meta, kill_group, read_meta, reap};
+pub use state::{sweep_stale, validate_name};
+
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// The service CIDR; its first address is the `kubernetes` Service (in the serving certificate).
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// Feature gates of API server, controller manager and scheduler: the original's Helm chart turns
+/// on DRA extended resources; the Workload API (scheduling.k8s.io/v1alpha2) needs its gate.
+pub const FEATURE_GATES: &str = "DRAExtendedResource=true,GenericWorkload=true";
+/// API groups off by default that slurm-bridge uses.
+const RUNTIME_CONFIG: &str = "scheduling.k8s.io/v1alpha2=true";
+
+/// How to start an instance.
+#[derive(Clone, Debug, Default)]
+pub struct InstanceOptions {
+    /// Instance name; tests leave it `None` for a unique one.
+    pub name: Option<String>,
+    /// Nodes the agent registers and runs pods on.
+    pub nodes: Vec<NodeSpec>,
+    /// Also run kube-scheduler (binds pods that name `default-scheduler`).
+    pub kube_scheduler: bool,
+    /// Extra kube-scheduler flags, e.g. `--kube-api-qps=1000` for a benchmark (its client
+    /// allows 50 requests per second by default).
+    pub kube_scheduler_args: Vec<String>,
+    /// Also run the JobSet and LeaderWorkerSet controllers (their CRDs are always installed).
+    pub workload_controllers: bool,
+    /// Also run Kubeflow Trainer v2 (its CRDs and webhooks; JobSet's controller runs with it, as
+    /// Trainer creates JobSets).
+    pub trainer: bool,
+    /// Also run Kueue (its CRDs and webhooks, the `batch/job` and `pod` integrations).
+    pub kueue: bool,
+    /// kube-controller-manager's `--controllers` (default `*`: every default controller); for
+    /// example `*,-job-controller` for a test that creates a Job's pods itself.
+    pub controllers: Option<String>,
+    /// kube-controller-manager's `--node-monitor-grace-period`: how long a node may miss
+    /// heartbeats before it is marked NotReady (Kubernetes' default, 50 s, when `None`). The
+    /// agent renews leases every 10 s, so keep it above 15 s.
+    pub node_monitor_grace_period: Option<Duration>,
+}
+
+impl InstanceOptions {
+    /// `node-1` .. `node-N` with 8 CPUs, 16000Mi and 110 pods each (as slurm-testenv's nodes).
+    pub fn with_nodes(n: usize) -> Self {
+        InstanceOptions {
+            nodes: agent::standard_nodes(n),
+            ..Default::default()
+        }
+    }
+}
+
+/// A running control plane. Dropping it stops every process and removes its state.
+pub struct Instance {
+    name: String,
+    pub(crate) dir: PathBuf,
+    bin_dir: PathBuf,
+    server: String,
+    client: kube::Client,
+    /// The daemons (and the watchdog), stopped together on drop.
+    pub(crate) launcher: Launcher,
+    agent: Option<AgentHandle>,
+    startup: Duration,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("name", &self.name)
+            .field("server", &self.server)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl Instance {
+    /// Builds the binaries if the cache lacks them, starts the control plane, installs the CRDs,
+    /// registers the nodes and waits until they are Ready.
+    pub async fn start(opts: InstanceOptions) -> Result<Instance> {
+        if !slurm_testenv::process::is_root() {
+            return Err(Error::NotRoot);
+        }
+        let started = Instant::now();
+        let want_workloads = opts.workload_controllers;
+        let (want_trainer, want_kueue) = (opts.trainer, opts.kueue);
+        let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
+            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue]; unused ones empty.
+            let mut dirs = vec![binaries::ensure(&KUBERNETES)?, binaries::ensure(&ETCD)?];
+            let want = |on: bool, m| -> Result<PathBuf> {
+                if on {
+                    binaries::ensure(m)
+                } else {
+                    Ok(PathBuf::new())
+                }
+            };
+            dirs.push(want(want_workloads || want_trainer, &JOBSET)?);
+            dirs.push(want(want_workloads, &LWS)?);
+            dirs.push(want(want_trainer, &binaries::TRAINER)?);
+            dirs.push(want(want_kueue, &binaries::KUEUE)?);
+            Ok(dirs)
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("build task: {e}")))??;
+        let started_after_build = Instant::now();
+        sweep_stale();
+
+        let name = match &opts.name {
+            Some(n) => n.clone(),
+            None => format!(
+                "t{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ),
+        };
+        validate_name(&name)?;
+        let root = run_dir();
+        let dir = root.join(&name);
+        // Reserve ports and claim the name under the port lock, so two starts never collide.
+        let port_list = ports::reserve(Ports::COUNT, |p| {
+            if let Some(m) = read_meta(&dir) {
+                if m.owner.is_alive() {
+                    return Err(Error::AlreadyRunning { name: name.clone() });
+                }
+                reap(&dir, Some(&m));
+            }
+            let _ = fs::remove_dir_all(&dir);
+            for sub in ["pki", "logs"] {
+                fs::create_dir_all(dir.join(sub))
+                    .map_err(Error::io(format!("create {}", dir.display())))?;
+            }
+            write_meta(
+                &dir,
+                &Meta {
+                    name: name.clone(),
+                    owner: ProcId::current(),
+                    pgid: 0,
+                    ports: Ports::named(p),
+                    bin_dir: bins[0].clone(),
+                },
+            )?;
+            Ok(p.to_vec())
+        })?;
+        let ports = Ports::new(&port_list);
+        let server = format!("https://127.0.0.1:{}", ports.apiserver);
+        let mut launcher = Launcher {
+            dir: dir.clone(),
+            children: Vec::new(),
+            pgid: 0,
+            specs: Vec::new(),
+        };
+        match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
+            Ok((client, agent)) => {
+                let instance = Instance {
+                    name,
+                    dir,
+                    bin_dir: bins[0].clone(),
+                    server,
+                    client,
+                    launcher,
+                    agent: Some(agent),
+                    startup: started_after_build.elapsed(),
+                };
+                tracing::info!(
+                    instance = %instance.name,
+                    startup_ms = instance.startup.as_millis() as u64,
+                    total_ms = started.elapsed().as_millis() as u64,
+                    "kube-testenv: control plane ready"
+                );
+                Ok(instance)
+            }
+            Err(e) => {
+                launcher.kill_all();
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Instance name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Folder with the kubeconfig, certificates, etcd data and logs (`logs/<component>.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the cluster-admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Folder holding `kubectl`, `kube-apiserver` and the other Kubernetes binaries.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// Time from the binaries being ready to the nodes being Ready.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// A cluster-admin client (a cheap clone of the one the agent uses).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Registers more nodes with the agent (given capacity, labels, taints).
+    /// Returns once they are Ready and the node lifecycle controller has lifted the
+    /// `not-ready` taint that new nodes get, as in a real cluster.
+    pub async fn add_nodes(&self, nodes: Vec<NodeSpec>) -> Result<()> {
+        self.agent
+            .as_ref()
+            .expect("agent runs while the instance lives")
+            .add_nodes(nodes.clone())
+            .await
+            .map_err(|e| Error::Agent(e.to_string()))?;
+        wait_nodes_schedulable(&self.client, &nodes).await
+    }
+
+    /// Simulates a lost kubelet on node `name`: no more heartbeats, so the node lifecycle
+    /// controller marks it NotReady (about 50 s) and taints it; `add_nodes` brings it back.
+    pub fn lose_kubelet(&self, name: &str) -> Result<()> {
+        self.agent
+            .as_ref()
+            .expect("agent runs while the instance lives")
+            .lose_kubelet(name)
+            .map_err(|e| Error::Agent(e.to_string()))
+    }
+
+    /// Runs `kubectl ARGS` against this instance and returns its standard output.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(self.bin_dir.join("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io("run kubectl"))?;
+        if !out.status.success() {
+            return Err(Error::Invalid(format!(
+                "kubectl {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs `helm ARGS` against this instance (`KUBECONFIG` set, helm's own state in the
+    /// instance's folder); returns stdout, or an error with stderr. Builds helm the first time.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        let helm = binaries::helm()?;
+        let home = self.dir.join("helm");
+        let out = Command::new(helm)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io("run helm"))?;
+        if !out.status.success() {
+            return Err(Error::Invalid(format!(
+                "helm {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `KUBECONFIG=...` as `up` prints it.
+    pub fn env_lines(&self) -> String {
+        env_lines(&self.dir)
+    }
+
+    fn shutdown(&mut self) {
+        // The agent's tasks stop first, so nothing writes to a dying API server.
+        self.agent.take();
+        self.launcher.kill_all();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub(crate) fn env_lines(dir: &Path) -> String {
+    format!("KUBECONFIG={}\n", dir.join("kubeconfig").display())
+}
+
+/// A client for the kubeconfig at `path`.
+pub async fn client_for(path: &Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| Error::Invalid(format!("read {}: {e}", path.display())))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Invalid(format!("kubeconfig {}: {e}", path.display())))?;
+    kube::Client::try_from(config).map_err(Error::kube("build a client"))
+}
