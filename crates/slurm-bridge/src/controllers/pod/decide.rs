@@ -1,7 +1,8 @@
 //! What the pod controller does with a pod, decided from the cached facts alone (no I/O), so
 //! every rule of the lifecycle is a table test.
 //!
-//! Rules, per pod the controller owns (bound, or finished):
+//! Rules, per pod the controller owns (bound, or finished; and an unlabelled pending pod deleted
+//! with the finalizer the admission webhook gave it, which is released):
 //! - A bound pod that still runs needs a RUNNING job. Otherwise it is removed as kube-scheduler's
 //!   preemption removes a pod: `DisruptionTarget` with a reason naming the cause, then a delete
 //!   with the pod's grace period.
@@ -195,6 +196,16 @@ pub enum Plan {
 /// included).
 pub fn decide(me: &Member, job: &JobView, members: &[Member]) -> Plan {
     if !me.bound && !me.terminal {
+        if me.deleting && me.has_finalizer && matches!(job, JobView::NoLabel) {
+            // Deleted before the scheduler labelled it, with the finalizer the admission webhook
+            // gave it at creation: nothing runs and no job names it by label, so nothing is
+            // guarded. Released here too, so the deletion completes while no scheduler runs (a
+            // job submitted for it meanwhile is the sweep's: its pods are all gone).
+            return Plan::Release {
+                cancel: None,
+                pods: vec![me.key.clone()],
+            };
+        }
         // Unbound pods belong to the scheduler (it releases those deleted before binding).
         return Plan::Keep;
     }
@@ -375,6 +386,42 @@ mod tests {
                 "{view:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_unlabelled_pending_pod_deleted_with_the_admission_finalizer_is_released() {
+        let pending = Member {
+            bound: false,
+            containers_running: false,
+            deleting: true,
+            ..running_pod("ns/a")
+        };
+        assert_eq!(
+            decide(&pending, &JobView::NoLabel, std::slice::from_ref(&pending)),
+            Plan::Release {
+                cancel: None,
+                pods: vec!["ns/a".into()]
+            }
+        );
+        // Labelled: its job is the scheduler's to cancel first; without the finalizer: nothing.
+        for view in [
+            JobView::Unknown(7),
+            JobView::Known(&job(1, &[JobState::Pending])),
+        ] {
+            assert_eq!(
+                decide(&pending, &view, std::slice::from_ref(&pending)),
+                Plan::Keep,
+                "{view:?}"
+            );
+        }
+        let bare = Member {
+            has_finalizer: false,
+            ..pending
+        };
+        assert_eq!(
+            decide(&bare, &JobView::NoLabel, std::slice::from_ref(&bare)),
+            Plan::Keep
+        );
     }
 
     #[test]
