@@ -389,3 +389,70 @@ async fn controllers_alone_cancel_the_job_of_a_force_deleted_pod() {
     assert!(env.scontrol_job(id).contains("JobState=CANCELLED"));
     ctrl.stop().await;
 }
+
+/// A pending pod the admission webhook gave the bridge finalizer at creation, deleted before
+/// any scheduler labelled it, does not hang on the finalizer: with only the controllers and the
+/// webhook running (no scheduler), the pod controller releases it while it is still Pending.
+/// (Without that, kube-controller-manager's PodGC marks such a pod Failed some 20-40 s later and
+/// the finished pod is released then: the watch below tells the two apart.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_deleted_with_the_admission_finalizer_goes() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let env = Env::start(1).await;
+    let ctrl = Controllers::start(&env, |_| {}).await;
+    let cfg = slurm_bridge::config::Config {
+        scheduler_name: e2e::SCHEDULER.into(),
+        ..Default::default()
+    };
+    let _hooks = e2e::admission::start(&env.kube, cfg, "pending-deleted").await;
+    let p: Pod = serde_json::from_value(sleeper("pending", "infinity", 30)).unwrap();
+    let created = e2e::admission::create_mutated(&env.pods(), &p, has_finalizer).await;
+    assert!(has_finalizer(&created), "the webhook added the finalizer");
+    assert!(!e2e::node_name_is_set(&created));
+
+    // Every version of the pod until it is gone.
+    let mut versions = watcher(
+        env.pods(),
+        watcher::Config::default().fields("metadata.name=pending"),
+    )
+    .boxed();
+    loop {
+        match versions.next().await {
+            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(_)) => {}
+            other => panic!("watching the pod: {other:?}"),
+        }
+    }
+    let deleting = env
+        .pods()
+        .delete("pending", &DeleteParams::default())
+        .await
+        .expect("delete");
+    // The finalizer holds the deletion: the API server answers with the pod, not a Status.
+    let held = deleting
+        .left()
+        .expect("the pod is kept while its finalizer is there");
+    assert!(held.metadata.deletion_timestamp.is_some() && has_finalizer(&held));
+    let mut phases = Vec::new();
+    let gone = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(ev) = versions.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(p)) => phases.push(phase(&p).unwrap_or("").to_string()),
+                Ok(watcher::Event::Delete(_)) => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "the pod is still there after 60 s: {phases:?}"
+    );
+    assert!(
+        phases.iter().all(|p| p == "Pending"),
+        "released while Pending, not after PodGC failed it: {phases:?}"
+    );
+    env.assert_consistent().await;
+    ctrl.stop().await;
+}

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -117,9 +118,13 @@ pub struct Webhooks {
 
 impl Webhooks {
     /// The answer to one decoded request.
-    pub async fn decide(&self, webhook: Webhook, req: &AdmissionRequest) -> Verdict {
-        let managed = if needs_namespace(req.operation, &req.object, &self.scheduler_name) {
-            match self.namespaces.is_managed(&req.namespace).await {
+    pub async fn decide(&self, webhook: Webhook, req: &AdmissionRequest<Pod>) -> Verdict {
+        let needs = req
+            .object
+            .as_ref()
+            .is_some_and(|pod| needs_namespace(req.operation.clone(), pod, &self.scheduler_name));
+        let managed = if needs {
+            match self.namespaces.is_managed(review::namespace(req)).await {
                 Ok(m) => m,
                 Err(e) => return Verdict::Error(e.to_string()),
             }
@@ -127,9 +132,9 @@ impl Webhooks {
             false
         };
         match webhook {
-            Webhook::Mutate => Verdict::Allow(mutate::mutate(req, &self.scheduler_name, managed)),
+            Webhook::Mutate => Verdict::Allow(mutate::patch(req, &self.scheduler_name, managed)),
             Webhook::Validate => match validate::validate(req, &self.scheduler_name, managed) {
-                Ok(()) => Verdict::Allow(Vec::new()),
+                Ok(()) => Verdict::allow(),
                 Err(m) => Verdict::Deny(m),
             },
         }
@@ -149,35 +154,41 @@ impl Webhooks {
             Ok(req) => {
                 let verdict = self.decide(webhook, &req).await;
                 let outcome = match &verdict {
-                    Verdict::Allow(p) if p.is_empty() => Outcome::Allowed,
+                    Verdict::Allow(p) if p.0.is_empty() => Outcome::Allowed,
                     Verdict::Allow(_) => Outcome::Patched,
                     Verdict::Deny(_) => Outcome::Denied,
                     Verdict::Error(_) => Outcome::Errored,
                 };
-                let pod = req
-                    .object
-                    .metadata
-                    .name
-                    .as_deref()
-                    .or(req.object.metadata.generate_name.as_deref())
+                let meta = req.object.as_ref().map(|p| &p.metadata);
+                let pod = meta
+                    .and_then(|m| m.name.as_deref().or(m.generate_name.as_deref()))
                     .unwrap_or_default();
+                let namespace = review::namespace(&req);
                 match &verdict {
                     Verdict::Deny(m) => {
-                        tracing::info!(?webhook, namespace = %req.namespace, pod, operation = ?req.operation, message = %m, "denied")
+                        tracing::info!(?webhook, namespace, pod, operation = ?req.operation, message = %m, "denied")
                     }
                     Verdict::Error(m) => {
-                        tracing::warn!(?webhook, namespace = %req.namespace, pod, operation = ?req.operation, error = %m, "admission error")
+                        tracing::warn!(?webhook, namespace, pod, operation = ?req.operation, error = %m, "admission error")
                     }
-                    Verdict::Allow(p) if !p.is_empty() => {
-                        tracing::debug!(?webhook, namespace = %req.namespace, pod, "patched")
+                    Verdict::Allow(p) if !p.0.is_empty() => {
+                        tracing::debug!(?webhook, namespace, pod, "patched")
                     }
                     Verdict::Allow(_) => {}
                 }
-                let body = review::response(&req.uid, &verdict).to_string();
-                (
-                    ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-                    outcome,
-                )
+                match serde_json::to_vec(&review::response(&req, &verdict)) {
+                    Ok(body) => (
+                        ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+                        outcome,
+                    ),
+                    Err(e) => {
+                        tracing::error!(?webhook, error = %e, "encoding the admission answer");
+                        (
+                            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+                            Outcome::Errored,
+                        )
+                    }
+                }
             }
         };
         self.metrics

@@ -7,6 +7,7 @@ use super::review::{self, AdmissionRequest, Operation, ReviewError, Verdict};
 use super::server::{AdmissionMetrics, Webhook, Webhooks};
 use super::validate::*;
 use super::{certs, mutate, tls};
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
@@ -41,12 +42,12 @@ fn merge(a: &mut Value, b: &Value) {
     }
 }
 
-fn create(p: Pod) -> AdmissionRequest {
-    AdmissionRequest::new(Operation::Create, p)
+fn create(p: Pod) -> AdmissionRequest<Pod> {
+    review::request(Operation::Create, p)
 }
 
-fn update(p: Pod, old: Pod) -> AdmissionRequest {
-    let mut r = AdmissionRequest::new(Operation::Update, p);
+fn update(p: Pod, old: Pod) -> AdmissionRequest<Pod> {
+    let mut r = review::request(Operation::Update, p);
     r.old_object = Some(old);
     r
 }
@@ -55,12 +56,19 @@ fn managed(ns: &str) -> bool {
     ns == MANAGED
 }
 
-fn mutate_req(r: &AdmissionRequest) -> Vec<Value> {
-    mutate::mutate(r, BRIDGE, managed(&r.namespace))
+/// A patch's operations as JSON, as the API server reads them.
+fn ops(p: &Patch) -> Vec<Value> {
+    p.0.iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect()
 }
 
-fn validate_req(r: &AdmissionRequest) -> Result<(), String> {
-    validate(r, BRIDGE, managed(&r.namespace))
+fn mutate_req(r: &AdmissionRequest<Pod>) -> Vec<Value> {
+    ops(&mutate::mutate(r, BRIDGE, managed(review::namespace(r))))
+}
+
+fn validate_req(r: &AdmissionRequest<Pod>) -> Result<(), String> {
+    validate(r, BRIDGE, managed(review::namespace(r)))
 }
 
 fn sched(name: &str) -> Value {
@@ -71,12 +79,28 @@ fn clear_node() -> Value {
     json!({"op": "remove", "path": "/spec/nodeName"})
 }
 
+/// The bridge finalizer, added to a pod that has no finalizers.
+fn add_finalizer() -> Value {
+    json!({"op": "add", "path": "/metadata/finalizers", "value": [crate::wellknown::FINALIZER]})
+}
+
+/// The managed-node toleration, added to a pod that has no tolerations.
+fn add_toleration() -> Value {
+    let t = serde_json::to_value(crate::wellknown::managed_node_toleration(BRIDGE)).unwrap();
+    json!({"op": "add", "path": "/spec/tolerations", "value": [t]})
+}
+
+/// Allowed with these operations.
+fn allow(ops: Vec<Value>) -> Verdict {
+    Verdict::Allow(serde_json::from_value(Value::Array(ops)).unwrap())
+}
+
 // ---- §3.4: mutation -------------------------------------------------------------------
 
 #[test]
 fn empty_pod_empty_config_is_unchanged() {
     let r = create(Pod::default());
-    assert!(mutate::mutate(&r, "", false).is_empty());
+    assert!(mutate::mutate(&r, "", false).0.is_empty());
     assert_eq!(validate(&r, "", false), Ok(()));
 }
 
@@ -187,6 +211,93 @@ fn namespaces_table() {
     }
 }
 
+/// The whole mutating patch of a CREATE: the reference's placement ops, then the finalizer and
+/// the toleration the scheduler would otherwise add at bind time; each only where missing.
+#[test]
+fn creation_adds_the_finalizer_and_the_toleration_once() {
+    use crate::wellknown::{FINALIZER, managed_node_toleration};
+    let t = serde_json::to_value(managed_node_toleration(BRIDGE)).unwrap();
+    let not_ready = json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                           "effect": "NoExecute", "tolerationSeconds": 300});
+    // (name, namespace, scheduler, extra, expected patch)
+    let rows: Vec<(&str, &str, Option<&str>, Value, Vec<Value>)> = vec![
+        (
+            "managed ns, default scheduler",
+            MANAGED,
+            None,
+            json!({}),
+            vec![sched(BRIDGE), add_finalizer(), add_toleration()],
+        ),
+        (
+            "bridge pod anywhere",
+            "default",
+            Some(BRIDGE),
+            json!({}),
+            vec![add_finalizer(), add_toleration()],
+        ),
+        (
+            "lists the pod has are appended to",
+            MANAGED,
+            Some(BRIDGE),
+            json!({"metadata": {"finalizers": ["batch.kubernetes.io/job-tracking"]},
+                "spec": {"tolerations": [not_ready]}}),
+            vec![
+                json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}),
+                json!({"op": "add", "path": "/spec/tolerations/-", "value": t}),
+            ],
+        ),
+        (
+            "both already there",
+            MANAGED,
+            Some(BRIDGE),
+            json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"tolerations": [t]}}),
+            vec![],
+        ),
+        (
+            "another scheduler's pod",
+            MANAGED,
+            Some("custom-scheduler"),
+            json!({}),
+            vec![],
+        ),
+        (
+            "unmanaged ns, default scheduler",
+            "default",
+            None,
+            json!({}),
+            vec![],
+        ),
+    ];
+    for (name, ns, scheduler, extra, want) in rows {
+        let r = create(pod(ns, scheduler, extra));
+        let patch = mutate::patch(&r, BRIDGE, managed(ns));
+        assert_eq!(ops(&patch), want, "{name}");
+        // Applied as the API server applies it: each exactly once.
+        let mut doc = serde_json::to_value(r.object.as_ref().unwrap()).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        let p: Pod = serde_json::from_value(doc).unwrap();
+        if !want.is_empty() {
+            let fins = p.metadata.finalizers.unwrap_or_default();
+            assert_eq!(fins.iter().filter(|f| *f == FINALIZER).count(), 1, "{name}");
+            let tols = p.spec.unwrap().tolerations.unwrap_or_default();
+            assert_eq!(
+                tols.iter()
+                    .filter(|x| **x == managed_node_toleration(BRIDGE))
+                    .count(),
+                1,
+                "{name}"
+            );
+        }
+    }
+    // UPDATE is never patched.
+    let p = pod(MANAGED, Some(BRIDGE), json!({}));
+    assert!(
+        mutate::patch(&update(p.clone(), p), BRIDGE, true)
+            .0
+            .is_empty()
+    );
+}
+
 #[tokio::test]
 async fn selector_table() {
     let labels: BTreeMap<String, BTreeMap<String, String>> = [
@@ -214,13 +325,13 @@ async fn selector_table() {
     let r = create(pod("hpc", Some("default-scheduler"), json!({})));
     assert_eq!(
         w.decide(Webhook::Mutate, &r).await,
-        Verdict::Allow(vec![sched(BRIDGE)]),
+        allow(vec![sched(BRIDGE), add_finalizer(), add_toleration()]),
         "selector matches: mutated"
     );
     let r = create(pod("web", Some("default-scheduler"), json!({})));
     assert_eq!(
         w.decide(Webhook::Mutate, &r).await,
-        Verdict::Allow(vec![]),
+        allow(vec![]),
         "selector does not match: not mutated"
     );
     // Nil selector: managedNamespaces.
@@ -231,7 +342,7 @@ async fn selector_table() {
     };
     assert_eq!(
         w.decide(Webhook::Mutate, &r).await,
-        Verdict::Allow(vec![sched(BRIDGE)]),
+        allow(vec![sched(BRIDGE), add_finalizer(), add_toleration()]),
         "no selector: the list"
     );
     // The empty selector matches every namespace (reference §2.1).
@@ -318,10 +429,7 @@ async fn namespace_lookup_error_is_an_admission_error() {
         other => panic!("expected an error, got {other:?}"),
     }
     let r = create(pod("hpc", Some(BRIDGE), json!({})));
-    assert_eq!(
-        w.decide(Webhook::Validate, &r).await,
-        Verdict::Allow(vec![])
-    );
+    assert_eq!(w.decide(Webhook::Validate, &r).await, allow(vec![]));
 }
 
 // ---- §3.3: validation, every message ----------------------------------------------------
@@ -652,14 +760,14 @@ fn validate_update_table() {
     ];
     for (name, ns, scheduler, new, old, sub, want) in rows {
         let mut r = update(pod(ns, scheduler, new), pod(ns, scheduler, old));
-        r.sub_resource = sub.into();
+        r.sub_resource = Some(sub.into());
         assert_eq!(validate_req(&r), want, "{name}");
     }
 }
 
 #[test]
 fn delete_is_a_noop() {
-    let r = AdmissionRequest::new(
+    let r = review::request(
         Operation::Delete,
         pod(
             MANAGED,
@@ -680,6 +788,7 @@ fn review_json(op: &str, object: Value, old: Option<Value>) -> Value {
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": MANAGED,
         "operation": op,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
         "object": object,
     });
     if let Some(o) = old {
@@ -739,8 +848,23 @@ fn malformed_reviews_are_errors() {
         ("no uid", no_uid.to_string().into_bytes()),
         ("bad operation", bad_op.to_string().into_bytes()),
     ];
+    // What each error names (kube-core's decoder, then the webhook's own checks).
+    let named: BTreeMap<&str, &str> = [
+        ("no object", "has no object"),
+        ("object is not a pod", "request.object is not a v1 Pod"),
+        ("object is a string", "expected Pod"),
+        ("a Deployment", "not apps/v1 Deployment"),
+        ("UPDATE without oldObject", "has no oldObject"),
+        ("no uid", "missing field `uid`"),
+        ("bad operation", "unknown variant `PATCH`"),
+    ]
+    .into();
     for (name, body) in cases {
         assert!(review::decode(&body).is_err(), "{name}");
+        let text = review::decode(&body).unwrap_err().to_string();
+        if let Some(want) = named.get(name) {
+            assert!(text.contains(want), "{name}: {text}");
+        }
     }
     assert_eq!(
         review::decode(no_request.to_string().as_bytes()).unwrap_err(),
@@ -750,20 +874,25 @@ fn malformed_reviews_are_errors() {
 
 #[test]
 fn responses() {
-    let allow = review::response("u", &Verdict::Allow(vec![]));
+    let mut req = create(pod(MANAGED, None, json!({})));
+    req.uid = "u".into();
+    let answer = |v: &Verdict| serde_json::to_value(review::response(&req, v)).unwrap();
+    let allow = answer(&Verdict::allow());
+    // kube-core writes an empty `status` beside `allowed: true` (the API server reads it as
+    // no status); otherwise the answer is exactly this.
     assert_eq!(
         allow,
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true}})
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true, "status": {}}})
     );
-    let patched = review::response("u", &Verdict::Allow(vec![sched(BRIDGE)]));
+    let patch: Patch = serde_json::from_value(json!([sched(BRIDGE)])).unwrap();
+    let patched = answer(&Verdict::Allow(patch));
     assert_eq!(patched["response"]["patchType"], "JSONPatch");
-    use base64::Engine;
-    let patch = base64::engine::general_purpose::STANDARD
-        .decode(patched["response"]["patch"].as_str().unwrap())
-        .unwrap();
+    // kube-core writes the patch bytes as a JSON array of numbers, not base64 text; the API
+    // server's decoder reads both into its []byte (admission_e2e shows it applied).
+    let patch: Vec<u8> = serde_json::from_value(patched["response"]["patch"].clone()).unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
     assert_eq!(patch, json!([sched(BRIDGE)]));
-    let denied = review::response("u", &Verdict::Deny(MSG_RESIZE.into()));
+    let denied = answer(&Verdict::Deny(MSG_RESIZE.into()));
     assert_eq!(denied["response"]["allowed"], false);
     assert_eq!(denied["response"]["status"]["code"], 403);
     assert_eq!(denied["response"]["status"]["message"], MSG_RESIZE);

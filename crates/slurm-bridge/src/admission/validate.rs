@@ -8,7 +8,7 @@
 //!   [`super::managed::processed`]).
 
 use super::managed::processed;
-use super::review::{AdmissionRequest, Operation};
+use super::review::{AdmissionRequest, Operation, sub_resource};
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES,
     LABEL_SLURM_JOBID, RESOURCE_DRA_CPU, slurmjob,
@@ -56,23 +56,25 @@ pub fn msg_gres_conflict(resource: &str) -> String {
 
 /// Checks `req`; `Err` holds the denial message.
 pub fn validate(
-    req: &AdmissionRequest,
+    req: &AdmissionRequest<Pod>,
     scheduler_name: &str,
     in_managed_namespace: bool,
 ) -> Result<(), String> {
+    let Some(pod) = req.object.as_ref() else {
+        // DELETE and CONNECT carry no object; nothing to check.
+        return Ok(());
+    };
     if !processed(
-        req.operation,
-        &req.object,
+        req.operation.clone(),
+        pod,
         scheduler_name,
         in_managed_namespace,
     ) {
         return Ok(());
     }
     match req.operation {
-        Operation::Create => validate_create(&req.object),
-        Operation::Update => {
-            validate_update(&req.object, req.old_object.as_ref(), &req.sub_resource)
-        }
+        Operation::Create => validate_create(pod),
+        Operation::Update => validate_update(pod, req.old_object.as_ref(), sub_resource(req)),
         Operation::Delete | Operation::Connect => Ok(()),
     }
 }

@@ -7,6 +7,7 @@
 pub mod api_error;
 pub mod events;
 pub mod fenced;
+pub mod label_patch;
 pub mod node;
 pub mod pod;
 pub mod pod_writer;

@@ -1,13 +1,14 @@
-//! The bridge's Kubernetes writes on pods: job id label + finalizer + toleration, node
-//! annotation, binding, the PodScheduled condition, and Events. The scheduler binds with it; the
-//! pod controller removes finalizers and job labels with it. Every request that writes is
-//! counted in [`KubeWrites`] by its [`write_kind`].
+//! The bridge's Kubernetes writes on pods: job id label (with the finalizer and toleration where
+//! missing: [`label_patch`]), node annotation, binding, the PodScheduled condition, and Events.
+//! The scheduler binds with it; the pod controller removes finalizers and job labels with it.
+//! Every request that writes is counted in [`KubeWrites`] by its [`write_kind`].
 
+use super::label_patch::label_patch;
 use super::writes::{KubeWrites, write_kind};
 use crate::k8s::pod_key;
 use crate::sync::MutexExt;
 use crate::wellknown::{
-    ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration, merge_toleration,
+    ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration,
 };
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -164,9 +165,10 @@ impl PodWriter {
     }
 
     /// Labels a pod with its job id, adds the finalizer once and the bridge toleration once, and
-    /// clears a node annotation that does not belong to this job. Nothing is written when the
-    /// pod has all this already, or when `pod` is older than this writer's own label patch (read
-    /// from a cache that has not caught up yet).
+    /// clears a node annotation that does not belong to this job ([`label_patch`]: for a pod the
+    /// admission webhook created, the label alone). Nothing is written when the pod has all
+    /// this already, or when `pod` is older than this writer's own label patch (read from a
+    /// cache that has not caught up yet).
     pub async fn label(
         &self,
         writes: &KubeWrites,
@@ -174,33 +176,11 @@ impl PodWriter {
         job_id: u32,
         clear_node: bool,
     ) -> Result<(), kube::Error> {
-        let mut tolerations = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.clone())
-            .unwrap_or_default();
-        let add_toleration = merge_toleration(&mut tolerations, &self.scheduler_name);
-        let has_label = pod.labels().get(LABEL_SLURM_JOBID) == Some(&job_id.to_string());
-        let has_finalizer = pod.finalizers().iter().any(|f| f == FINALIZER);
-        let stale_node = clear_node && pod.annotations().contains_key(ANNOTATION_SLURM_NODE);
-        if (has_label && has_finalizer && !add_toleration && !stale_node)
-            || self.written_over(pod, |w| w.labelled == Some(job_id)) == Some(true)
-        {
+        let Some(patch) = label_patch(pod, job_id, clear_node, &self.scheduler_name) else {
             return Ok(());
-        }
-        let mut patch = json!({
-            "metadata": {
-                "labels": {LABEL_SLURM_JOBID: job_id.to_string()},
-                // Strategic merge: finalizers merge as a set.
-                "finalizers": [FINALIZER],
-            }
-        });
-        if stale_node {
-            patch["metadata"]["annotations"] = json!({ ANNOTATION_SLURM_NODE: null });
-        }
-        if add_toleration {
-            // Tolerations have no merge key: send the whole list.
-            patch["spec"] = json!({ "tolerations": tolerations });
+        };
+        if self.written_over(pod, |w| w.labelled == Some(job_id)) == Some(true) {
+            return Ok(());
         }
         writes.inc(write_kind::LABEL);
         let patched = api_for(&self.client, pod)

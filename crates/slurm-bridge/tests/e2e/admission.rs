@@ -197,3 +197,32 @@ pub async fn tls_connect(
 pub fn served_leaf(s: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Vec<u8> {
     s.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
+
+/// Creates `pod` once the mutating webhook is in effect: the API server picks a new webhook
+/// configuration up a moment after it is created, and until then creates pods unmutated. Dry
+/// runs (webhooks with `sideEffects: None` are called on them) until `mutated` holds for the
+/// answer, then the real create; panics after 30 s.
+pub async fn create_mutated(
+    api: &Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    mutated: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+) -> k8s_openapi::api::core::v1::Pod {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    loop {
+        match api.create(&dry, pod).await {
+            Ok(p) if mutated(&p) => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the mutating webhook is not in effect after 30 s: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    api.create(&PostParams::default(), pod)
+        .await
+        .expect("create pod")
+}

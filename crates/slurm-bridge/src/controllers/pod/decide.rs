@@ -1,7 +1,8 @@
 //! What the pod controller does with a pod, decided from the cached facts alone (no I/O), so
 //! every rule of the lifecycle is a table test.
 //!
-//! Rules, per pod the controller owns (bound, or finished):
+//! Rules, per pod the controller owns (bound, or finished; and an unlabelled pending pod deleted
+//! with the finalizer the admission webhook gave it, which is released):
 //! - A bound pod that still runs needs a RUNNING job. Otherwise it is removed as kube-scheduler's
 //!   preemption removes a pod: `DisruptionTarget` with a reason naming the cause, then a delete
 //!   with the pod's grace period.
@@ -195,6 +196,16 @@ pub enum Plan {
 /// included).
 pub fn decide(me: &Member, job: &JobView, members: &[Member]) -> Plan {
     if !me.bound && !me.terminal {
+        if me.deleting && me.has_finalizer && matches!(job, JobView::NoLabel) {
+            // Deleted before the scheduler labelled it, with the finalizer the admission webhook
+            // gave it at creation: nothing runs and no job names it by label, so nothing is
+            // guarded. Released here too, so the deletion completes while no scheduler runs (a
+            // job submitted for it meanwhile is the sweep's: its pods are all gone).
+            return Plan::Release {
+                cancel: None,
+                pods: vec![me.key.clone()],
+            };
+        }
         // Unbound pods belong to the scheduler (it releases those deleted before binding).
         return Plan::Keep;
     }

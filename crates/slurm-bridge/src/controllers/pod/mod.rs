@@ -203,7 +203,9 @@ pub async fn reconcile<S: Slurm>(pod: Arc<Pod>, ctx: Arc<PodCtx<S>>) -> Result<A
 
 async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action, PodError> {
     let (me, recheck_in) = ctx.member(pod);
-    if !me.bound && !me.terminal {
+    let released_unbound = me.deleting && me.has_finalizer && jobid_label(pod).is_none();
+    if !me.bound && !me.terminal && !released_unbound {
+        // Pending: the scheduler's (one deleted before it was labelled is decided below).
         return Ok(Action::await_change());
     }
     let mut job = job_of(ctx, pod).await?;

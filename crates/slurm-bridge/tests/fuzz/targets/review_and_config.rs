@@ -4,32 +4,49 @@ use crate::kit::{self, text};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slurm_bridge::admission::review::{self, Verdict};
-use slurm_bridge::admission::{mutate::mutate, validate::validate};
+use slurm_bridge::admission::{mutate, validate::validate};
 use slurm_bridge::config::{Config, ConfigError};
 
 const SCHEDULER: &str = "slurm-bridge-scheduler";
+
+/// The paths the mutating webhook may patch.
+const PATCHED: &[&str] = &[
+    "/spec/nodeName",
+    "/spec/schedulerName",
+    "/metadata/finalizers",
+    "/metadata/finalizers/-",
+    "/spec/tolerations",
+    "/spec/tolerations/-",
+];
 
 fn admission_review(bytes: &[u8]) -> Result<(), TestCaseError> {
     match review::decode(bytes) {
         Ok(req) => {
             for managed in [false, true] {
-                let ops = mutate(&req, SCHEDULER, managed);
-                for op in &ops {
-                    let path = op["path"].as_str().unwrap_or_default();
+                let patch = mutate::patch(&req, SCHEDULER, managed);
+                for op in &patch.0 {
+                    let path = op.path().to_string();
+                    prop_assert!(PATCHED.contains(&path.as_str()), "unexpected patch {}", op);
+                }
+                if let Some(pod) = &req.object {
+                    // The patch applies to the pod it was made for.
+                    let mut doc = serde_json::to_value(pod).unwrap();
+                    let applied = json_patch::patch(&mut doc, &patch);
                     prop_assert!(
-                        path == "/spec/nodeName" || path == "/spec/schedulerName",
-                        "unexpected patch {}",
-                        op
+                        applied.is_ok(),
+                        "patch {} does not apply: {:?}",
+                        patch,
+                        applied
                     );
                 }
                 let verdict = match validate(&req, SCHEDULER, managed) {
-                    Ok(()) => Verdict::Allow(ops),
+                    Ok(()) => Verdict::Allow(patch),
                     Err(m) => {
                         prop_assert!(!m.is_empty(), "denied without a message");
                         Verdict::Deny(m)
                     }
                 };
-                let answer = review::response(&req.uid, &verdict);
+                let answer = serde_json::to_value(review::response(&req, &verdict)).unwrap();
                 prop_assert_eq!(answer["response"]["uid"].as_str(), Some(req.uid.as_str()));
             }
         }
@@ -49,6 +66,9 @@ const REVIEW_DICT: &[&str] = &[
     "null",
     "\"CREATE\"",
     "\"UPDATE\"",
+    "\"userInfo\":{}",
+    "\"finalizers\":",
+    "\"tolerations\":",
     "\"DELETE\"",
     "\"object\":",
     "\"oldObject\":",

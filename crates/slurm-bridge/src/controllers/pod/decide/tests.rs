@@ -110,6 +110,42 @@ fn unbound_pods_belong_to_the_scheduler() {
 }
 
 #[test]
+fn an_unlabelled_pending_pod_deleted_with_the_admission_finalizer_is_released() {
+    let pending = Member {
+        bound: false,
+        containers_running: false,
+        deleting: true,
+        ..running_pod("ns/a")
+    };
+    assert_eq!(
+        decide(&pending, &JobView::NoLabel, std::slice::from_ref(&pending)),
+        Plan::Release {
+            cancel: None,
+            pods: vec!["ns/a".into()]
+        }
+    );
+    // Labelled: its job is the scheduler's to cancel first; without the finalizer: nothing.
+    for view in [
+        JobView::Unknown(7),
+        JobView::Known(&job(1, &[JobState::Pending])),
+    ] {
+        assert_eq!(
+            decide(&pending, &view, std::slice::from_ref(&pending)),
+            Plan::Keep,
+            "{view:?}"
+        );
+    }
+    let bare = Member {
+        has_finalizer: false,
+        ..pending
+    };
+    assert_eq!(
+        decide(&bare, &JobView::NoLabel, std::slice::from_ref(&bare)),
+        Plan::Keep
+    );
+}
+
+#[test]
 fn a_pod_being_deleted_waits_for_its_containers() {
     let me = Member {
         deleting: true,
