@@ -19,6 +19,8 @@ pub(crate) struct Args {
     pub(crate) nodes: Option<u32>,
     /// Backlog mode: Slurm jobs that cannot start (default 2/5 of `--pods`).
     pub(crate) backlog: Option<u32>,
+    /// Backlog mode: more `SchedulerParameters` for its Slurm (e.g. `bf_max_job_test=10000`).
+    pub(crate) sched_params: Option<String>,
     pub(crate) rate: f64,
     pub(crate) seconds: f64,
     pub(crate) workers: u32,
@@ -29,7 +31,7 @@ pub(crate) struct Args {
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|all, --pods N, --nodes N, --backlog J, --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -38,6 +40,7 @@ pub(crate) fn args() -> Args {
         pods: 100,
         nodes: None,
         backlog: None,
+        sched_params: None,
         rate: 50.0,
         seconds: 4.0,
         workers: 64,
@@ -66,6 +69,7 @@ pub(crate) fn args() -> Args {
             "--pods" => a.pods = num("--pods", it.next()),
             "--nodes" => a.nodes = Some(num("--nodes", it.next())),
             "--backlog" => a.backlog = Some(num("--backlog", it.next())),
+            "--sched-params" => a.sched_params = Some(it.next().expect("--sched-params K=V[,K=V]")),
             "--rate" => a.rate = num("--rate", it.next()),
             "--seconds" => a.seconds = num("--seconds", it.next()),
             "--workers" => a.workers = num("--workers", it.next()),

@@ -14,7 +14,7 @@ use crate::JOB_LABEL;
 use crate::args::Args;
 use crate::bridge::{spawn_scheduler, wait_ready};
 use crate::env::{
-    client, control_plane, create_pods_with, http_get, namespace, pod_object, start_slurm,
+    client, control_plane, create_pods_with, http_get, namespace, pod_object, start_slurm_with,
     temp_dir, watch_bound,
 };
 use crate::metrics::{counter, vm_hwm_kib};
@@ -63,7 +63,7 @@ pub(crate) async fn backlog(a: &Args) {
     );
     let busy = nodes - 2;
     println!(
-        "== backlog: {jobs} Slurm jobs that cannot start ({} each: {}), {waiting} pods waiting on Slurm capacity ({busy} busy nodes, 2 idle), then one pod that fits an idle node",
+        "== backlog: {jobs} Slurm jobs that cannot start (a third each, about {}: {}), {waiting} pods waiting on Slurm capacity ({busy} busy nodes, 2 idle), then one pod that fits an idle node",
         jobs / 3,
         KINDS.join(", ")
     );
@@ -74,7 +74,8 @@ pub(crate) async fn backlog(a: &Args) {
     let pool = format!("{}={}", POOL.0, POOL.1);
     label.push(&pool);
     kube.kubectl(&label).expect("label the busy nodes");
-    let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
+    let extra = a.sched_params.clone();
+    let slurm = tokio::task::spawn_blocking(move || start_slurm_with(nodes, extra.as_deref()))
         .await
         .unwrap();
     let conf = std::fs::read_to_string(slurm.slurm_conf()).unwrap_or_default();

@@ -12,8 +12,26 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub(crate) fn start_slurm(nodes: u32) -> slurm_testenv::Instance {
+    start_slurm_with(nodes, None)
+}
+
+/// slurm-testenv's `SchedulerParameters` (crates/slurm-testenv/src/conf.rs), which `extra`
+/// extends.
+const SCHED_PARAMS: &str =
+    "sched_interval=1,bf_interval=1,default_queue_depth=1000,sched_min_interval=100000";
+
+/// A Slurm with `nodes` external nodes; with `extra`, `SchedulerParameters` extended by it (a
+/// second line, which slurmctld reads last).
+pub(crate) fn start_slurm_with(nodes: u32, extra: Option<&str>) -> slurm_testenv::Instance {
+    let mut policy = slurm_testenv::conf::Policy::default();
+    if let Some(extra) = extra {
+        policy
+            .extra_lines
+            .push(format!("SchedulerParameters={SCHED_PARAMS},{extra}"));
+    }
     slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
         nodes,
+        policy,
         ..Default::default()
     })
     .expect("start Slurm")
