@@ -59,7 +59,16 @@ pub(crate) fn spawn_bridge(
         .arg(format!("127.0.0.1:{port}"))
         .env("KUBECONFIG", kube.kubeconfig())
         .env("SLURM_JWT_FILE", slurm.token_file())
-        .env("RUST_LOG", "warn")
+        // `run`'s node controller warns once per Kubernetes node it leaves alone (the bench's
+        // Slurm nodes are slurm-testenv's, not registered by the bridge).
+        .env(
+            "RUST_LOG",
+            if command == "run" {
+                "warn,slurm_bridge::controllers::node=error"
+            } else {
+                "warn"
+            },
+        )
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("start slurm-bridge {command}: {e}"));
