@@ -34,5 +34,8 @@ echo "==> building Kubernetes, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and
 echo "==> cargo test --workspace"
 cargo test --workspace --no-fail-fast
 
+echo "==> the benchmark's smoke: every mode at 100 pods (prints figures, asserts only that every pod was bound)"
+cargo test -p slurm-bridge --bench scheduler -- --mode all --pods 100
+
 echo "==> hack/demo.sh (the README's demo, end to end)"
 ./hack/demo.sh

@@ -1,0 +1,85 @@
+//! The bench's command line.
+
+/// Which measurement a run makes (docs/performance.md).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Mode {
+    Burst,
+    Arrival,
+    Backlog,
+    Scale,
+    /// Every mode in turn with small sizes, each within a time limit: the CI smoke.
+    All,
+}
+
+/// The command line, parsed.
+#[derive(Clone)]
+pub(crate) struct Args {
+    pub(crate) mode: Mode,
+    pub(crate) pods: u32,
+    pub(crate) nodes: Option<u32>,
+    /// Backlog mode: Slurm jobs that cannot start (default 2/5 of `--pods`).
+    pub(crate) backlog: Option<u32>,
+    /// Backlog mode: more `SchedulerParameters` for its Slurm (e.g. `bf_max_job_test=10000`).
+    pub(crate) sched_params: Option<String>,
+    pub(crate) rate: f64,
+    pub(crate) seconds: f64,
+    pub(crate) workers: u32,
+    pub(crate) qps: f64,
+    pub(crate) burst: u32,
+    pub(crate) poll: String,
+    pub(crate) skip_raw: bool,
+}
+
+/// What the command line accepts, for the error of a bad one.
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
+
+/// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
+pub(crate) fn args() -> Args {
+    let mut a = Args {
+        mode: Mode::Burst,
+        pods: 100,
+        nodes: None,
+        backlog: None,
+        sched_params: None,
+        rate: 50.0,
+        seconds: 4.0,
+        workers: 64,
+        qps: 1000.0,
+        burst: 2000,
+        poll: "1s".into(),
+        skip_raw: false,
+    };
+    let mut it = std::env::args().skip(1);
+    fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
+        v.and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{flag} needs a number; {USAGE}"))
+    }
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--mode" => {
+                a.mode = match it.next().as_deref() {
+                    Some("burst") => Mode::Burst,
+                    Some("arrival") => Mode::Arrival,
+                    Some("backlog") => Mode::Backlog,
+                    Some("scale") => Mode::Scale,
+                    Some("all") => Mode::All,
+                    other => panic!("--mode {other:?}: {USAGE}"),
+                }
+            }
+            "--pods" => a.pods = num("--pods", it.next()),
+            "--nodes" => a.nodes = Some(num("--nodes", it.next())),
+            "--backlog" => a.backlog = Some(num("--backlog", it.next())),
+            "--sched-params" => a.sched_params = Some(it.next().expect("--sched-params K=V[,K=V]")),
+            "--rate" => a.rate = num("--rate", it.next()),
+            "--seconds" => a.seconds = num("--seconds", it.next()),
+            "--workers" => a.workers = num("--workers", it.next()),
+            "--kube-api-qps" => a.qps = num("--kube-api-qps", it.next()),
+            "--kube-api-burst" => a.burst = num("--kube-api-burst", it.next()),
+            "--poll" => a.poll = it.next().expect("--poll DURATION"),
+            "--skip-raw" => a.skip_raw = true,
+            "--bench" => {}
+            other => panic!("unknown argument {other}: {USAGE}"),
+        }
+    }
+    a
+}

@@ -1,0 +1,80 @@
+//! Arrival: pods created at a steady rate; created -> bound per pod, beside kube-scheduler and
+//! raw Slurm at the same rate.
+
+use crate::BRIDGE;
+use crate::args::Args;
+use crate::bridge::{settled_metrics, spawn_scheduler, wait_ready};
+use crate::env::{control_plane, namespace, pod_object, start_slurm, temp_dir, watch_bound};
+use crate::metrics::{apiserver_requests, print_per_pod};
+use crate::raw::{paced, raw_arrival};
+use crate::report::percentiles;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Creates `n` pods at `rate` per second for `scheduler`; created (the create's answer) ->
+/// bound per pod.
+pub(crate) async fn arrival_latencies(
+    pods: &Api<Pod>,
+    prefix: &str,
+    n: u32,
+    rate: f64,
+    scheduler: &str,
+) -> Vec<Duration> {
+    let bound = watch_bound(pods, n as usize, None);
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    paced(n, rate, |i| {
+        let (pods, created) = (pods.clone(), created.clone());
+        let name = format!("{prefix}-{i}");
+        let pod = pod_object(&name, scheduler);
+        async move {
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .expect("create pod");
+            created.lock().unwrap().insert(name, Instant::now());
+        }
+    })
+    .await;
+    let bound = bound.await.unwrap();
+    let created = created.lock().unwrap().clone();
+    created
+        .iter()
+        .filter_map(|(name, at)| bound.get(name).map(|b| b.saturating_duration_since(*at)))
+        .collect()
+}
+
+pub(crate) async fn arrival(a: &Args) {
+    let n = (a.rate * a.seconds).round() as u32;
+    let nodes = a.nodes.unwrap_or(n).max(n);
+    println!(
+        "== arrival: {n} pods at {}/s for {} s on {nodes} nodes",
+        a.rate, a.seconds
+    );
+    if !a.skip_raw {
+        let raw = raw_arrival(n, a.rate).await;
+        report!("raw Slurm:      submit -> RUNNING {}", percentiles(raw));
+    }
+    let kube = control_plane(nodes, a.qps, a.burst).await;
+    let ks_pods = namespace(&kube, "ks-arrival").await;
+    let ks = arrival_latencies(&ks_pods, "ks", n, a.rate, "default-scheduler").await;
+    report!("kube-scheduler: created -> bound {}", percentiles(ks));
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
+        .await
+        .unwrap();
+    let dir = temp_dir();
+    let s = spawn_scheduler(&kube, &slurm, &dir, a);
+    wait_ready(&s).await;
+    let pods = namespace(&kube, "default").await;
+    let before = apiserver_requests(&kube).await;
+    let bridge = arrival_latencies(&pods, "bench", n, a.rate, BRIDGE).await;
+    report!("bridge:         created -> bound {}", percentiles(bridge));
+    let metrics = settled_metrics(&s).await;
+    print_per_pod(&metrics, n, apiserver_requests(&kube).await - before);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,121 @@
+//! The bridge under test: a `slurm-bridge scheduler` process, its readiness, metrics and profile.
+
+use crate::BRIDGE;
+use crate::args::Args;
+use crate::env::{Killed, free_port, http_get};
+use crate::metrics::kube_writes;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `slurm-bridge scheduler` (or `run`) process and its metrics port.
+pub(crate) struct Scheduler {
+    pub(crate) _child: Killed,
+    pub(crate) pid: u32,
+    pub(crate) port: u16,
+}
+
+/// Starts `slurm-bridge scheduler` on these instances with the bench's flags.
+pub(crate) fn spawn_scheduler(
+    kube: &kube_testenv::Instance,
+    slurm: &slurm_testenv::Instance,
+    dir: &std::path::Path,
+    a: &Args,
+) -> Scheduler {
+    spawn_bridge("scheduler", kube, slurm, dir, a)
+}
+
+/// Starts `slurm-bridge <command>` (`scheduler`, or `run`: every component in one process)
+/// with the bench's flags, logging warnings only.
+pub(crate) fn spawn_bridge(
+    command: &str,
+    kube: &kube_testenv::Instance,
+    slurm: &slurm_testenv::Instance,
+    dir: &std::path::Path,
+    a: &Args,
+) -> Scheduler {
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: {BRIDGE}\nslurmRestApi: {}\npartition: slurm-bridge\n",
+            slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .args([
+            command,
+            "--leader-elect=false",
+            "--slurm-poll-interval",
+            &a.poll,
+        ])
+        .arg(format!("--workers={}", a.workers))
+        .arg(format!("--kube-api-qps={}", a.qps))
+        .arg(format!("--kube-api-burst={}", a.burst))
+        .arg("--config")
+        .arg(&config)
+        .arg("--health-probe-bind-address")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("KUBECONFIG", kube.kubeconfig())
+        .env("SLURM_JWT_FILE", slurm.token_file())
+        // `run`'s node controller warns once per Kubernetes node it leaves alone (the bench's
+        // Slurm nodes are slurm-testenv's, not registered by the bridge).
+        .env(
+            "RUST_LOG",
+            if command == "run" {
+                "warn,slurm_bridge::controllers::node=error"
+            } else {
+                "warn"
+            },
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start slurm-bridge {command}: {e}"));
+    Scheduler {
+        pid: child.id(),
+        _child: Killed(child),
+        port,
+    }
+}
+
+/// With `BENCH_PERF=<file>`, `perf record -g` of the scheduler process into that file until the
+/// caller stops it (a profile of the burst).
+pub(crate) fn profile(s: &Scheduler) -> Option<Child> {
+    let out = std::env::var_os("BENCH_PERF")?;
+    let child = Command::new("perf")
+        .args(["record", "-F", "499", "-g", "-p", &s.pid.to_string(), "-o"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start perf record (BENCH_PERF)");
+    Some(child)
+}
+
+/// Waits for the process's /readyz to answer 200.
+pub(crate) async fn wait_ready(s: &Scheduler) {
+    while !matches!(http_get(s.port, "/readyz").await, Some((200, _))) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The scheduler's metrics once its write count has settled (unchanged for 0.5 s, 10 s at most):
+/// the last pods' Scheduled Events follow their bindings.
+pub(crate) async fn settled_metrics(s: &Scheduler) -> String {
+    let mut metrics = String::new();
+    let mut last = None;
+    for _ in 0..20 {
+        metrics = http_get(s.port, "/metrics")
+            .await
+            .map(|x| x.1)
+            .unwrap_or_default();
+        let total: f64 = kube_writes(&metrics).iter().map(|w| w.1).sum();
+        if last == Some(total) {
+            break;
+        }
+        last = Some(total);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    metrics
+}

@@ -1,0 +1,93 @@
+//! Burst: N pods waiting, then the scheduler starts; beside raw Slurm, the bind floor and
+//! kube-scheduler.
+
+use crate::BRIDGE;
+use crate::args::Args;
+use crate::bridge::{profile, settled_metrics, spawn_scheduler};
+use crate::env::{control_plane, create_pods, last, namespace, start_slurm, temp_dir, watch_bound};
+use crate::kube_line::{bind_floor, kube_scheduler_burst};
+use crate::metrics::{apiserver_requests, cpu_by_daemon, print_cpu, print_per_pod, vm_hwm_kib};
+use crate::raw::raw_burst;
+use std::process::Command;
+use std::time::Instant;
+
+pub(crate) async fn burst(a: &Args) {
+    let n = a.pods;
+    let nodes = a.nodes.unwrap_or(n);
+    println!(
+        "== burst: {n} pods waiting on {nodes} nodes, then the scheduler starts; client limits qps {} burst {}, {} workers",
+        a.qps, a.burst, a.workers
+    );
+    let raw = if a.skip_raw || nodes != n {
+        None
+    } else {
+        let t = raw_burst(n).await;
+        report!(
+            "raw Slurm:      {n} external jobs -> all RUNNING in {:.2} s",
+            t.as_secs_f64()
+        );
+        Some(t)
+    };
+    let mut kube = control_plane(nodes, a.qps, a.burst).await;
+    let floor = bind_floor(&kube, n, nodes, a.workers).await;
+    report!(
+        "bind floor:     {n} Bindings posted by the bench ({} in flight) in {:.2} s",
+        a.workers,
+        floor.as_secs_f64()
+    );
+    let ks = kube_scheduler_burst(&mut kube, n).await;
+    report!(
+        "kube-scheduler: {n} waiting pods -> all bound in {:.2} s (--kube-api-qps={} --kube-api-burst={})",
+        ks.as_secs_f64(),
+        a.qps,
+        a.burst
+    );
+
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
+        .await
+        .unwrap();
+    let dir = temp_dir();
+    let pods = namespace(&kube, "default").await;
+    create_pods(&pods, "bench", n, BRIDGE).await;
+    let bound = watch_bound(&pods, n.min(nodes) as usize, Some(n as usize));
+    let before = apiserver_requests(&kube).await;
+    let cpu_before = cpu_by_daemon();
+    let started = Instant::now();
+    let s = spawn_scheduler(&kube, &slurm, &dir, a);
+    let profile = profile(&s);
+    let done = last(&bound.await.unwrap());
+    if let Some(mut p) = profile {
+        // SIGINT: perf writes its data and exits.
+        let _ = Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait();
+    }
+    let t = done.duration_since(started);
+    let cpu_after = cpu_by_daemon();
+    let metrics = settled_metrics(&s).await;
+    let api = apiserver_requests(&kube).await - before;
+    report!(
+        "bridge:         {n} waiting pods -> {} bound in {:.2} s ({:.2} ms per pod), from the scheduler's start",
+        n.min(nodes),
+        t.as_secs_f64(),
+        t.as_secs_f64() * 1000.0 / f64::from(n)
+    );
+    let floor_or_raw = raw.map_or(floor, |r| r.max(floor));
+    report!(
+        "  bridge / max(raw Slurm, bind floor) = {:.2}; bridge / kube-scheduler = {:.2}",
+        t.as_secs_f64() / floor_or_raw.as_secs_f64(),
+        t.as_secs_f64() / ks.as_secs_f64()
+    );
+    print_per_pod(&metrics, n, api);
+    print_cpu(&cpu_before, &cpu_after);
+    println!(
+        "  scheduler peak RSS {:.1} MiB",
+        vm_hwm_kib(s.pid) as f64 / 1024.0
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+}

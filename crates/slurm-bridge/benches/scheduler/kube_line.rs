@@ -1,0 +1,66 @@
+//! The Kubernetes lines beside the bridge: kube-scheduler on the same pods, and the bind floor.
+
+use crate::env::{create_pods, last, namespace, watch_bound};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference};
+use kube::api::{ObjectMeta, PostParams};
+use std::time::{Duration, Instant};
+
+/// kube-scheduler, burst: stopped while N pods are created, then started; time to all bound.
+pub(crate) async fn kube_scheduler_burst(kube: &mut kube_testenv::Instance, n: u32) -> Duration {
+    use kube_testenv::Daemon;
+    kube.stop_daemon(Daemon::KubeScheduler)
+        .expect("stop kube-scheduler");
+    let pods = namespace(kube, "ks-burst").await;
+    create_pods(&pods, "ks", n, "default-scheduler").await;
+    let bound = watch_bound(&pods, n as usize, None);
+    let started = Instant::now();
+    kube.start_daemon(Daemon::KubeScheduler)
+        .await
+        .expect("start kube-scheduler");
+    last(&bound.await.unwrap()).duration_since(started)
+}
+
+/// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,
+/// `workers` Bindings in flight, pod i to node i mod nodes.
+pub(crate) async fn bind_floor(
+    kube: &kube_testenv::Instance,
+    n: u32,
+    nodes: u32,
+    workers: u32,
+) -> Duration {
+    let pods = namespace(kube, "bind-floor").await;
+    create_pods(&pods, "floor", n, "nobody").await;
+    let started = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let pods = pods.clone();
+            async move {
+                let name = format!("floor-{i}");
+                let binding = Binding {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    },
+                    target: ObjectReference {
+                        kind: Some("Node".into()),
+                        api_version: Some("v1".into()),
+                        name: Some(format!("node-{}", i % nodes + 1)),
+                        ..Default::default()
+                    },
+                };
+                pods.create_subresource::<Binding, serde_json::Value>(
+                    "binding",
+                    &name,
+                    &PostParams::default(),
+                    &binding,
+                )
+                .await
+                .expect("bind");
+            }
+        })
+        .buffer_unordered(workers as usize)
+        .count()
+        .await;
+    started.elapsed()
+}

@@ -1,0 +1,148 @@
+//! Figures scraped from the scheduler's /metrics, kube-apiserver's /metrics and /proc.
+
+pub(crate) fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Mean of a histogram from its `_sum` and `_count` lines.
+pub(crate) fn histogram_mean(metrics: &str, name: &str) -> f64 {
+    let value = |suffix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{suffix} ")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let count = value("_count");
+    if count > 0.0 {
+        value("_sum") / count
+    } else {
+        0.0
+    }
+}
+
+/// Sum of `slurm_bridge_scheduler_slurm_requests_total` over all labels.
+pub(crate) fn slurm_requests(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("slurm_bridge_scheduler_slurm_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `slurm_bridge_scheduler_kube_writes_total` by kind, sorted by kind.
+pub(crate) fn kube_writes(metrics: &str) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("slurm_bridge_scheduler_kube_writes_total{kind=\""))
+        .filter_map(|l| {
+            let (kind, rest) = l.split_once('"')?;
+            Some((kind.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Sum of kube-apiserver's `apiserver_request_total` (every client).
+pub(crate) async fn apiserver_requests(kube: &kube_testenv::Instance) -> f64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = kube.client().request_text(req).await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// CPU seconds used so far by the processes of each daemon that matters here, by command name
+/// (every instance on the machine: other users' runs count too).
+pub(crate) fn cpu_by_daemon() -> Vec<(&'static str, f64)> {
+    const DAEMONS: [&str; 7] = [
+        "kube-apiserver",
+        "etcd",
+        "slurmrestd",
+        "slurmctld",
+        "slurm-bridge",
+        "kube-controller",
+        "kube-scheduler",
+    ];
+    let ticks = 100.0; // USER_HZ on Linux
+    let mut out: Vec<(&'static str, f64)> = DAEMONS.iter().map(|d| (*d, 0.0)).collect();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let (Some(u), Some(s)) = (fields.get(11), fields.get(12)) else {
+            continue;
+        };
+        let secs = (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks;
+        if let Some(slot) = out.iter_mut().find(|(d, _)| comm.starts_with(d)) {
+            slot.1 += secs;
+        }
+    }
+    out
+}
+
+pub(crate) fn print_cpu(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) {
+    let parts: Vec<String> = after
+        .iter()
+        .zip(before)
+        .map(|((d, a), (_, b))| (d, a - b))
+        .filter(|(_, c)| *c > 0.05)
+        .map(|(d, c)| format!("{d} {c:.1}"))
+        .collect();
+    println!(
+        "  CPU seconds during the phase (every process of that name): {}",
+        parts.join(", ")
+    );
+}
+
+/// Per-pod writes (by kind) and Slurm calls of the bridge, from its metrics.
+pub(crate) fn print_per_pod(metrics: &str, n: u32, apiserver: f64) {
+    let n = f64::from(n);
+    let writes = kube_writes(metrics);
+    let by_kind: Vec<String> = writes
+        .iter()
+        .map(|(k, w)| format!("{k} {:.3}", w / n))
+        .collect();
+    report!(
+        "  per pod: Kubernetes writes {:.3} ({}), Slurm REST calls {:.2}, kube-apiserver requests (all clients) {:.1}",
+        writes.iter().map(|w| w.1).sum::<f64>() / n,
+        by_kind.join(", "),
+        slurm_requests(metrics) / n,
+        apiserver / n
+    );
+    println!(
+        "  mean submit->allocation {:.3} s, allocation->bound {:.3} s (scheduler histograms)",
+        histogram_mean(
+            metrics,
+            "slurm_bridge_scheduler_submit_to_allocation_seconds"
+        ),
+        histogram_mean(
+            metrics,
+            "slurm_bridge_scheduler_allocation_to_bound_seconds"
+        ),
+    );
+}
+
+/// The value of a counter without labels in a metrics text.
+pub(crate) fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}

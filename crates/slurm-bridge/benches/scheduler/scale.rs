@@ -1,0 +1,67 @@
+//! Scale: many pods on fewer nodes: peak RSS, and the first pass over every pod after a restart.
+
+use crate::BRIDGE;
+use crate::args::Args;
+use crate::bridge::{Scheduler, settled_metrics, spawn_bridge, spawn_scheduler};
+use crate::env::{
+    control_plane, create_pods, http_get, last, namespace, start_slurm, temp_dir, watch_bound,
+};
+use crate::metrics::{apiserver_requests, counter, print_per_pod, vm_hwm_kib};
+use std::time::{Duration, Instant};
+
+pub(crate) async fn scale(a: &Args) {
+    let n = a.pods;
+    let nodes = a.nodes.unwrap_or((n / 10).max(1));
+    println!("== scale: {n} pods on {nodes} nodes");
+    let kube = control_plane(nodes, a.qps, a.burst).await;
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
+        .await
+        .unwrap();
+    let dir = temp_dir();
+    let pods = namespace(&kube, "default").await;
+    create_pods(&pods, "bench", n, BRIDGE).await;
+    let bound = watch_bound(&pods, n.min(nodes) as usize, Some(n as usize));
+    let before = apiserver_requests(&kube).await;
+    let started = Instant::now();
+    let s = spawn_scheduler(&kube, &slurm, &dir, a);
+    let t = last(&bound.await.unwrap()).duration_since(started);
+    let metrics = settled_metrics(&s).await;
+    let api = apiserver_requests(&kube).await - before;
+    report!(
+        "bridge: {n} pods -> {} bound, the rest labelled with their pending job, in {:.2} s from the start; peak RSS {:.1} MiB",
+        n.min(nodes),
+        t.as_secs_f64(),
+        vm_hwm_kib(s.pid) as f64 / 1024.0
+    );
+    print_per_pod(&metrics, n, api);
+    drop(s);
+    // A restart: every pod (bound ones end at once) gets a pass.
+    first_pass(spawn_scheduler(&kube, &slurm, &dir, a), n, "restart").await;
+    // The same restart as `slurm-bridge run`: the scheduler and the controllers in one process.
+    first_pass(spawn_bridge("run", &kube, &slurm, &dir, a), n, "run").await;
+    let _ = std::fs::remove_dir_all(&dir);
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+}
+
+/// Waits for `s`'s first pass over all `n` pods (`reconcile_passes_total` >= n) and prints how
+/// long that took from its start and its peak RSS; then stops it.
+async fn first_pass(s: Scheduler, n: u32, what: &str) {
+    let started = Instant::now();
+    loop {
+        let m = http_get(s.port, "/metrics")
+            .await
+            .map(|x| x.1)
+            .unwrap_or_default();
+        if counter(&m, "slurm_bridge_scheduler_reconcile_passes_total") >= f64::from(n) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    report!(
+        "{what}: first pass over all {n} pods done {:.2} s after the start; peak RSS {:.1} MiB",
+        started.elapsed().as_secs_f64(),
+        vm_hwm_kib(s.pid) as f64 / 1024.0
+    );
+}
