@@ -250,8 +250,10 @@ impl Instance {
         let started = Instant::now();
         let want_workloads = opts.workload_controllers;
         let (want_trainer, want_kueue) = (opts.trainer, opts.kueue);
+        let want_scheduler = opts.kube_scheduler;
         let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
-            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue]; unused ones empty.
+            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue, kube-scheduler];
+            // unused ones empty.
             let mut dirs = vec![binaries::ensure(&KUBERNETES)?, binaries::ensure(&ETCD)?];
             let want = |on: bool, m| -> Result<PathBuf> {
                 if on {
@@ -264,6 +266,7 @@ impl Instance {
             dirs.push(want(want_workloads, &LWS)?);
             dirs.push(want(want_trainer, &binaries::TRAINER)?);
             dirs.push(want(want_kueue, &binaries::KUEUE)?);
+            dirs.push(want(want_scheduler, &binaries::KUBE_SCHEDULER)?);
             Ok(dirs)
         })
         .await
@@ -465,7 +468,7 @@ impl Instance {
         if opts.kube_scheduler {
             let mut flags = auth_flags(ports.scheduler);
             flags.extend(opts.kube_scheduler_args.iter().cloned());
-            launcher.spawn("kube-scheduler", &kube_bin.join("kube-scheduler"), &flags)?;
+            launcher.spawn("kube-scheduler", &bins[6].join("kube-scheduler"), &flags)?;
         }
 
         let mut more_crds = Vec::new();
