@@ -42,7 +42,8 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH="$PATH:/usr/local/go/bin"
 fi
 
-bin=./target/debug
+# cargo puts the binaries under CARGO_TARGET_DIR when that is set.
+bin="${CARGO_TARGET_DIR:-./target}/debug"
 st=$bin/slurm-testenv
 kt=$bin/kube-testenv
 work="${SLURM_BRIDGE_DEMO_DIR:-/tmp/slurm-bridge-demo}"
@@ -156,15 +157,15 @@ wait_for() {
   fi
 }
 cargo_warm=
-[ -x $bin/slurm-bridge ] && [ -x "$st" ] && [ -x "$kt" ] && cargo_warm=1
-step "builds, side by side (cached after the first run; the first run takes about 13 minutes on 2 idle cores)"
-cargo_build slurm-testenv "about 40 s (and the crates' download)" --bin slurm-testenv
+[ -x "$bin/slurm-bridge" ] && [ -x "$st" ] && [ -x "$kt" ] && cargo_warm=1
+step "builds, side by side (cached after the first run; the first demo takes about 11 minutes in all on 2 idle cores, longer on a busy machine)"
+cargo_build slurm-testenv "about 30 s (and the crates' download)" --bin slurm-testenv
 echo "    Slurm root file system (slurm-testenv prepare): cached, else the first time about a minute with debootstrap"
 in_background slurm-testenv "$work/slurm-testenv-prepare.log" "$st" prepare
-cargo_build kube-testenv "about 3 minutes" --bin kube-testenv
-echo "    Kubernetes binaries (kube-testenv prepare --only kubernetes,etcd: what the demo runs; one line per tool)"
+cargo_build kube-testenv "about 2 minutes" --bin kube-testenv
+echo "    Kubernetes binaries (kube-testenv prepare --only kubernetes,etcd: what the demo runs; cached, else the first time about 7 minutes beside cargo; one line per tool, progress every 20 s)"
 in_background kube-testenv "$work/kube-testenv-prepare.log" "$kt" prepare --only kubernetes,etcd
-cargo_build slurm-bridge "about 2 minutes, beside the Go builds"
+cargo_build slurm-bridge "about 1.5 minutes, beside the Go builds"
 wait_for slurm-testenv "$work/slurm-testenv-prepare.log"
 wait_for kube-testenv "$work/kube-testenv-prepare.log"
 trap - EXIT
@@ -218,7 +219,7 @@ step "slurm-bridge run: the scheduler and the controllers (log $work/scheduler.l
 # Port 0: the kernel picks a free probe port; the scheduler logs the one it got.
 : >"$work/scheduler.log"
 RUST_LOG="${RUST_LOG:-info,kube=warn,tower=warn,hyper=warn},slurm_bridge::server=info" \
-  setsid $bin/slurm-bridge run --config "$work/config.yaml" \
+  setsid "$bin/slurm-bridge" run --config "$work/config.yaml" \
   --leader-elect=false --health-probe-bind-address 127.0.0.1:0 \
   </dev/null >"$work/scheduler.log" 2>&1 &
 echo $! >"$work/scheduler.pid"

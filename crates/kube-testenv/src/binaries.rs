@@ -19,8 +19,8 @@ pub struct GoModule {
     pub commands: &'static [(&'static str, &'static str)],
     /// Linker flags (the version a binary reports, as Kubernetes' own build stamps it).
     pub(crate) ldflags: &'static str,
-    /// About how long a first build takes on 2 cores (measured 2026-12-01, modules downloaded
-    /// once), for the progress line.
+    /// About how long a first build takes on 2 idle cores, module downloads included (from the
+    /// CPU seconds measured 2026-12-01, docs/performance.md), for the progress line.
     pub expected_secs: u64,
     /// `(folder in the module's source, folder in the cache)`: manifests (CRDs) copied next to
     /// the binaries at build time, so an instance needs only `bin/` and the pins decide both.
@@ -64,7 +64,7 @@ pub const KUBERNETES: GoModule = GoModule {
         ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
     ],
     ldflags: KUBERNETES_LDFLAGS,
-    expected_secs: 600,
+    expected_secs: 390,
     manifests: &[],
 };
 
@@ -85,7 +85,7 @@ pub const ETCD: GoModule = GoModule {
     files: module_files!("etcd": "go.mod", "go.sum", "main.go"),
     commands: &[("etcd", ".")],
     ldflags: "-s -w",
-    expected_secs: 50,
+    expected_secs: 60,
     manifests: &[],
 };
 
@@ -335,7 +335,7 @@ pub fn prepare_tools(tools: &[(&str, &GoModule)]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// `"about N min"`, or seconds under a minute, for progress lines.
+/// `"N min"` (rounded up), or seconds under a minute, for progress lines.
 fn minutes(secs: u64) -> String {
     if secs < 60 {
         format!("{secs} s")
