@@ -120,8 +120,10 @@ mkdir -p "$work"
 # is compiled twice. Each tool prints its own progress lines; cargo's output is in a log.
 packages=(-p slurm-testenv -p kube-testenv -p slurm-bridge)
 builders=()
-stop_builders() { local p; for p in "${builders[@]}"; do kill "$p" 2>/dev/null || true; done; }
+# Each background build runs in a session of its own; stopping it stops its compilers too.
+stop_builders() { local p; for p in "${builders[@]}"; do kill -- "-$p" 2>/dev/null || true; done; }
 trap stop_builders EXIT
+trap 'exit 130' INT TERM
 # cargo_build WHAT EXPECTED ARGS...: builds with its output in $work/cargo.log.
 cargo_build() {
   local what=$1 expected=$2 t
@@ -143,7 +145,7 @@ cargo_build() {
 in_background() {
   local what=$1 log=$2
   shift 2
-  "$@" > >(tee "$log") 2>&1 &
+  setsid "$@" > >(tee "$log") 2>&1 &
   builders+=("$!")
   eval "${what//-/_}_pid=$!"
 }
@@ -158,7 +160,7 @@ wait_for() {
 }
 cargo_warm=
 [ -x "$bin/slurm-bridge" ] && [ -x "$st" ] && [ -x "$kt" ] && cargo_warm=1
-step "builds, side by side (cached after the first run; the first demo takes about 11 minutes in all on 2 idle cores, longer on a busy machine)"
+step "builds, side by side (cached after the first run; the first demo takes 11-15 minutes in all on 2 idle cores, longer on a busy machine)"
 cargo_build slurm-testenv "about 30 s (and the crates' download)" --bin slurm-testenv
 echo "    Slurm root file system (slurm-testenv prepare): cached, else the first time about a minute with debootstrap"
 in_background slurm-testenv "$work/slurm-testenv-prepare.log" "$st" prepare
