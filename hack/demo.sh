@@ -42,7 +42,8 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH="$PATH:/usr/local/go/bin"
 fi
 
-bin=./target/debug
+# cargo puts the binaries under CARGO_TARGET_DIR when that is set.
+bin="${CARGO_TARGET_DIR:-./target}/debug"
 st=$bin/slurm-testenv
 kt=$bin/kube-testenv
 work="${SLURM_BRIDGE_DEMO_DIR:-/tmp/slurm-bridge-demo}"
@@ -110,22 +111,68 @@ if [ -n "$parts" ]; then
   exit 1
 fi
 
-if [ -x $bin/slurm-bridge ] && [ -x "$st" ] && [ -x "$kt" ]; then
-  step "cargo build (slurm-testenv, kube-testenv, slurm-bridge): up to date in seconds, or recompiles what changed"
-else
-  step "cargo build (slurm-testenv, kube-testenv, slurm-bridge): the first build compiles about 210 crates: about 4 minutes on 2 cores, plus downloading them once"
-fi
-cargo build -p slurm-testenv -p kube-testenv -p slurm-bridge
-done_step built
-
-step "Slurm root file system (slurm-testenv prepare: cached; the first time about a minute with debootstrap)"
-$st prepare
-step "Kubernetes binaries (kube-testenv prepare --only kubernetes,etcd: what the demo runs; cached, else the first time about 12 minutes on 2 cores, built from their Go modules, one line per tool, progress every 20 s)"
-$kt prepare --only kubernetes,etcd
-done_step ready
-
 rm -rf "$work"
 mkdir -p "$work"
+
+# The first run builds everything: each slow step starts as soon as the tool it needs is built,
+# and runs beside the rest (the Slurm root fs is mostly network and dpkg, the Go builds and cargo
+# share the cores). One cargo feature set for all three builds (-p of every crate), so no crate
+# is compiled twice. Each tool prints its own progress lines; cargo's output is in a log.
+packages=(-p slurm-testenv -p kube-testenv -p slurm-bridge)
+builders=()
+# Each background build runs in a session of its own; stopping it stops its compilers too.
+stop_builders() { local p; for p in "${builders[@]}"; do kill -- "-$p" 2>/dev/null || true; done; }
+trap stop_builders EXIT
+trap 'exit 130' INT TERM
+# cargo_build WHAT EXPECTED ARGS...: builds with its output in $work/cargo.log.
+cargo_build() {
+  local what=$1 expected=$2 t
+  shift 2
+  t=$(date +%s%N)
+  if [ -x "$bin/$what" ] && [ -n "$cargo_warm" ]; then
+    echo "    cargo build ($what): up to date in seconds, or recompiles what changed"
+  else
+    echo "    cargo build ($what): the first time $expected"
+  fi
+  if ! cargo build "${packages[@]}" "$@" >>"$work/cargo.log" 2>&1; then
+    echo "cargo build failed; the last lines of $work/cargo.log:" >&2
+    tail -n 30 "$work/cargo.log" >&2
+    exit 1
+  fi
+  echo "    cargo build ($what): done in $(since "$t")"
+}
+# in_background WHAT LOG COMMAND...: runs COMMAND beside the rest, its lines shown and in LOG.
+in_background() {
+  local what=$1 log=$2
+  shift 2
+  setsid "$@" > >(tee "$log") 2>&1 &
+  builders+=("$!")
+  eval "${what//-/_}_pid=$!"
+}
+# wait_for WHAT LOG: waits for that background build; its log's tail if it failed.
+wait_for() {
+  local pid_var="${1//-/_}_pid"
+  if ! wait "${!pid_var}"; then
+    echo "$1 failed; the last lines of $2:" >&2
+    tail -n 30 "$2" >&2
+    exit 1
+  fi
+}
+cargo_warm=
+[ -x "$bin/slurm-bridge" ] && [ -x "$st" ] && [ -x "$kt" ] && cargo_warm=1
+step "builds, side by side (cached after the first run; the first demo takes 11-15 minutes in all on 2 idle cores, longer on a busy machine)"
+cargo_build slurm-testenv "about 30 s (and the crates' download)" --bin slurm-testenv
+echo "    Slurm root file system (slurm-testenv prepare): cached, else the first time about a minute with debootstrap"
+in_background slurm-testenv "$work/slurm-testenv-prepare.log" "$st" prepare
+cargo_build kube-testenv "about 2 minutes" --bin kube-testenv
+echo "    Kubernetes binaries (kube-testenv prepare --only kubernetes,etcd: what the demo runs; cached, else the first time about 7 minutes beside cargo; one line per tool, progress every 20 s)"
+in_background kube-testenv "$work/kube-testenv-prepare.log" "$kt" prepare --only kubernetes,etcd
+cargo_build slurm-bridge "about 1.5 minutes, beside the Go builds"
+wait_for slurm-testenv "$work/slurm-testenv-prepare.log"
+wait_for kube-testenv "$work/kube-testenv-prepare.log"
+trap - EXIT
+done_step "built and prepared"
+
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -174,7 +221,7 @@ step "slurm-bridge run: the scheduler and the controllers (log $work/scheduler.l
 # Port 0: the kernel picks a free probe port; the scheduler logs the one it got.
 : >"$work/scheduler.log"
 RUST_LOG="${RUST_LOG:-info,kube=warn,tower=warn,hyper=warn},slurm_bridge::server=info" \
-  setsid $bin/slurm-bridge run --config "$work/config.yaml" \
+  setsid "$bin/slurm-bridge" run --config "$work/config.yaml" \
   --leader-elect=false --health-probe-bind-address 127.0.0.1:0 \
   </dev/null >"$work/scheduler.log" 2>&1 &
 echo $! >"$work/scheduler.pid"

@@ -2,10 +2,11 @@
 # Runs every test of the workspace, including those against real Slurm (slurm-testenv) and a
 # real Kubernetes control plane (kube-testenv). Needs root on a Debian host with network access
 # to the package registries (Debian's, crates.io, the Go module proxy) and Go 1.26 or newer. The
-# first run builds the Slurm root file system (about a minute), Kubernetes, etcd and the JobSet,
-# LeaderWorkerSet, Kubeflow Trainer and Kueue controllers from their Go modules (about 25 minutes
-# on 2 cores, module downloads included; helm for the chart tests about 3 more), and compiles the
-# workspace; later runs reuse all of it.
+# first run builds the Slurm root file system (about a minute), Kubernetes, kube-scheduler, etcd
+# and the JobSet, LeaderWorkerSet, Kubeflow Trainer and Kueue controllers from their Go modules
+# (about 25 minutes on 2 cores, module downloads included; helm for the chart tests about 3
+# more), and compiles the workspace; later runs reuse all of it. (hack/demo.sh alone builds only
+# its own set: its first run takes 11-15 minutes on 2 idle cores, docs/performance.md.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
@@ -28,7 +29,7 @@ echo "==> building slurm-testenv and kube-testenv"
 cargo build -p slurm-testenv --bin slurm-testenv -p kube-testenv --bin kube-testenv
 echo "==> preparing the Slurm root file system"
 ./target/debug/slurm-testenv prepare
-echo "==> building Kubernetes, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and helm from their Go modules (cached)"
+echo "==> building Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and helm from their Go modules (cached; the first time about 25 minutes on 2 cores, the demo's own set about 7 of them)"
 ./target/debug/kube-testenv prepare
 
 echo "==> cargo test --workspace"

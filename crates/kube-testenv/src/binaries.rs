@@ -1,30 +1,30 @@
 //! Builds Kubernetes' own components from pinned Go modules (embedded from `go/`) once, and
-//! caches the binaries by a hash of the module files and the Go version.
+//! caches the binaries by a hash of everything that shapes them: the module files, the
+//! commands, the linker flags, the manifests and the Go version (the build itself is
+//! [`crate::gobuild`]).
 
-use crate::error::{Error, Result, tail_of};
+use crate::error::{Error, Result};
+use crate::gobuild::{self, go_version};
 use crate::paths::cache_dir;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 /// One pinned Go module and the commands built from it.
 pub struct GoModule {
     /// Folder name under `go/` and in the cache.
     pub name: &'static str,
     /// Files of the module (`go.mod`, `go.sum`, Go sources), embedded at compile time.
-    files: &'static [(&'static str, &'static str)],
-    /// `(binary, package)` pairs to build.
+    pub(crate) files: &'static [(&'static str, &'static str)],
+    /// `(binary, package)` pairs to build, all in one `go build`.
     pub commands: &'static [(&'static str, &'static str)],
     /// Linker flags (the version a binary reports, as Kubernetes' own build stamps it).
-    ldflags: &'static str,
-    /// About how long a first build takes on 2 cores (measured 2026-12-01, modules downloaded
-    /// once), for the progress line.
+    pub(crate) ldflags: &'static str,
+    /// About how long a first build takes on 2 idle cores, module downloads included (from the
+    /// CPU seconds measured 2026-12-01, docs/performance.md), for the progress line.
     pub expected_secs: u64,
     /// `(folder in the module's source, folder in the cache)`: manifests (CRDs) copied next to
     /// the binaries at build time, so an instance needs only `bin/` and the pins decide both.
-    manifests: &'static [(&'static str, &'static str)],
+    pub(crate) manifests: &'static [(&'static str, &'static str)],
 }
 
 macro_rules! module_files {
@@ -33,31 +33,49 @@ macro_rules! module_files {
     };
 }
 
-/// kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from k8s.io/kubernetes.
+/// The module files of k8s.io/kubernetes, shared by [`KUBERNETES`] and [`KUBE_SCHEDULER`].
+const KUBERNETES_FILES: &[(&str, &str)] =
+    module_files!("kubernetes": "go.mod", "go.sum", "tools.go");
+
+/// The version stamps Kubernetes' own build puts into its binaries.
+const KUBERNETES_LDFLAGS: &str = concat!(
+    "-s -w",
+    " -X k8s.io/component-base/version.gitVersion=v1.36.3",
+    " -X k8s.io/component-base/version.gitMajor=1",
+    " -X k8s.io/component-base/version.gitMinor=36",
+    " -X k8s.io/component-base/version.gitTreeState=clean",
+    " -X k8s.io/client-go/pkg/version.gitVersion=v1.36.3",
+    " -X k8s.io/client-go/pkg/version.gitMajor=1",
+    " -X k8s.io/client-go/pkg/version.gitMinor=36",
+    " -X k8s.io/client-go/pkg/version.gitTreeState=clean",
+);
+
+/// kube-apiserver, kube-controller-manager and kubectl from k8s.io/kubernetes: what every
+/// instance runs (kubectl for `exec` and the demo).
 pub const KUBERNETES: GoModule = GoModule {
     name: "kubernetes",
-    files: module_files!("kubernetes": "go.mod", "go.sum", "tools.go"),
+    files: KUBERNETES_FILES,
     commands: &[
         ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
         (
             "kube-controller-manager",
             "k8s.io/kubernetes/cmd/kube-controller-manager",
         ),
-        ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
         ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
     ],
-    ldflags: concat!(
-        "-s -w",
-        " -X k8s.io/component-base/version.gitVersion=v1.36.3",
-        " -X k8s.io/component-base/version.gitMajor=1",
-        " -X k8s.io/component-base/version.gitMinor=36",
-        " -X k8s.io/component-base/version.gitTreeState=clean",
-        " -X k8s.io/client-go/pkg/version.gitVersion=v1.36.3",
-        " -X k8s.io/client-go/pkg/version.gitMajor=1",
-        " -X k8s.io/client-go/pkg/version.gitMinor=36",
-        " -X k8s.io/client-go/pkg/version.gitTreeState=clean",
-    ),
-    expected_secs: 670,
+    ldflags: KUBERNETES_LDFLAGS,
+    expected_secs: 390,
+    manifests: &[],
+};
+
+/// kube-scheduler, from the same module as [`KUBERNETES`] (so its build reuses their compiled
+/// packages): only for `up --kube-scheduler` (tests and the benchmark), not the demo.
+pub const KUBE_SCHEDULER: GoModule = GoModule {
+    name: "kube-scheduler",
+    files: KUBERNETES_FILES,
+    commands: &[("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler")],
+    ldflags: KUBERNETES_LDFLAGS,
+    expected_secs: 40,
     manifests: &[],
 };
 
@@ -67,7 +85,7 @@ pub const ETCD: GoModule = GoModule {
     files: module_files!("etcd": "go.mod", "go.sum", "main.go"),
     commands: &[("etcd", ".")],
     ldflags: "-s -w",
-    expected_secs: 50,
+    expected_secs: 60,
     manifests: &[],
 };
 
@@ -140,6 +158,11 @@ pub fn helm() -> Result<PathBuf> {
 }
 
 impl GoModule {
+    /// The names of the binaries built.
+    pub fn binaries(&self) -> Vec<&'static str> {
+        self.commands.iter().map(|(b, _)| *b).collect()
+    }
+
     fn text(&self, file: &str) -> &'static str {
         self.files
             .iter()
@@ -202,38 +225,10 @@ impl GoModule {
     }
 }
 
-/// The Go command: `KUBE_TESTENV_GO`, else `go` on PATH, else Go's default install location.
-fn go_command() -> String {
-    if let Ok(go) = std::env::var("KUBE_TESTENV_GO") {
-        return go;
-    }
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("go").is_file()));
-    let default = Path::new("/usr/local/go/bin/go");
-    if !on_path && default.is_file() {
-        return default.display().to_string();
-    }
-    "go".into()
-}
-
-fn go_version() -> Result<String> {
-    let out = Command::new(go_command())
-        .args(["env", "GOVERSION"])
-        .output()
-        .map_err(|e| Error::GoMissing {
-            message: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(Error::GoMissing {
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Every tool `kube-testenv prepare` builds, by the name `--only` takes.
-pub const TOOLS: [(&str, &GoModule); 7] = [
+pub const TOOLS: [(&str, &GoModule); 8] = [
     ("kubernetes", &KUBERNETES),
+    ("kube-scheduler", &KUBE_SCHEDULER),
     ("etcd", &ETCD),
     ("jobset", &JOBSET),
     ("lws", &LWS),
@@ -268,29 +263,85 @@ pub fn is_cached(module: &GoModule) -> Result<bool> {
     Ok(out.join(".complete").exists())
 }
 
-/// Builds (or finds cached) each tool, with one progress line per tool before it: cached, or
-/// building with its expected time; returns their folders.
+/// How many tools build at once: two, so one's module download and link overlap the other's
+/// compiling, without more compilers than 2 cores can run.
+const PARALLEL_BUILDS: usize = 2;
+
+/// Builds (or finds cached) each tool, with one progress line per tool first: cached, or
+/// building with its expected time; returns their folders in `tools` order. Up to
+/// [`PARALLEL_BUILDS`] modules build at once; tools of one Go module (kubernetes and
+/// kube-scheduler) build one after the other, so the second reuses the first's packages.
 pub fn prepare_tools(tools: &[(&str, &GoModule)]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
     for (i, (name, module)) in tools.iter().enumerate() {
-        let binaries: Vec<&str> = module.commands.iter().map(|(b, _)| *b).collect();
         let what = format!(
             "kube-testenv: [{}/{}] {name} ({})",
             i + 1,
             tools.len(),
-            binaries.join(", ")
+            module.binaries().join(", ")
         );
         if is_cached(module)? {
             eprintln!("{what}: cached");
         } else {
             eprintln!(
-                "{what}: building, about {} min on 2 cores the first time",
-                module.expected_secs.div_ceil(60)
+                "{what}: building, about {} on 2 cores the first time",
+                minutes(module.expected_secs)
             );
         }
-        out.push(ensure(module)?);
+    }
+    // Groups of tool indices sharing a go.mod, in order of their first tool.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, (_, module)) in tools.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|g| tools[g[0]].1.text("go.mod") == module.text("go.mod"))
+        {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(tools.iter().map(|_| None).collect::<Vec<_>>());
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL_BUILDS.min(groups.len()) {
+            scope.spawn(|| {
+                while let Some(group) =
+                    groups.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    for &i in group {
+                        let built = ensure(tools[i].1);
+                        let failed = built.is_err();
+                        results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(built);
+                        if failed {
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::new();
+    for (i, built) in results.into_iter().enumerate() {
+        match built {
+            Some(dir) => out.push(dir?),
+            None => {
+                return Err(Error::Invalid(format!(
+                    "{} was not built: an earlier tool of its Go module failed",
+                    tools[i].0
+                )));
+            }
+        }
     }
     Ok(out)
+}
+
+/// `"N min"` (rounded up), or seconds under a minute, for progress lines.
+fn minutes(secs: u64) -> String {
+    if secs < 60 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", secs.div_ceil(60))
+    }
 }
 
 /// Returns the folder holding `module`'s binaries, building them first if the cache lacks them.
@@ -312,164 +363,8 @@ pub fn ensure(module: &GoModule) -> Result<PathBuf> {
     if out.join(".complete").exists() {
         return Ok(out);
     }
-    build(module, &cache, &out, &go_version)?;
+    gobuild::build(module, &cache, &out, &go_version)?;
     Ok(out)
-}
-
-fn build(module: &GoModule, cache: &Path, out: &Path, go_version: &str) -> Result<()> {
-    let src = cache.join("src").join(module.name);
-    let _ = fs::remove_dir_all(&src);
-    fs::create_dir_all(&src).map_err(Error::io(format!("create {}", src.display())))?;
-    for (name, text) in module.files {
-        fs::write(src.join(name), text).map_err(Error::io(format!("write {name}")))?;
-    }
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(Error::io(format!("create {}", tmp.display())))?;
-    let started = Instant::now();
-    eprintln!(
-        "kube-testenv: building {} from {} with {go_version} (first time only; cached in {})",
-        module
-            .commands
-            .iter()
-            .map(|(b, _)| *b)
-            .collect::<Vec<_>>()
-            .join(", "),
-        module.pinned(),
-        cache.display()
-    );
-    for (binary, package) in module.commands {
-        build_one(module, &src, &tmp, cache, binary, package)?;
-    }
-    for (from, to) in module.manifests {
-        copy_manifests(module, &src, cache, from, &tmp.join(to))?;
-    }
-    fs::write(tmp.join(".complete"), format!("{go_version}\n"))
-        .map_err(Error::io("mark build complete"))?;
-    let _ = fs::remove_dir_all(out);
-    fs::rename(&tmp, out).map_err(Error::io(format!("rename into {}", out.display())))?;
-    if module.commands.len() > 1 {
-        eprintln!(
-            "kube-testenv: built {} in {:.0} s",
-            module.name,
-            started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(())
-}
-
-/// Copies the `*.yaml` files (not `kustomization.yaml`) of `from` in the required module's
-/// source (as `go list -m` finds it in the module cache) into `to`.
-fn copy_manifests(
-    module: &GoModule,
-    src: &Path,
-    cache: &Path,
-    from: &str,
-    to: &Path,
-) -> Result<()> {
-    let required = module.pinned();
-    let path = required.split(' ').next().unwrap_or_default();
-    let out = Command::new(go_command())
-        .current_dir(src)
-        .args(["list", "-m", "-f", "{{.Dir}}", path])
-        .env("GOMODCACHE", cache.join("gomod"))
-        .env("GOCACHE", cache.join("gocache"))
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-buildvcs=false -mod=readonly")
-        .output()
-        .map_err(|e| Error::GoMissing {
-            message: e.to_string(),
-        })?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || dir.is_empty() {
-        return Err(Error::Invalid(format!(
-            "go list -m {path}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let from_dir = Path::new(&dir).join(from);
-    fs::create_dir_all(to).map_err(Error::io(format!("create {}", to.display())))?;
-    let entries =
-        fs::read_dir(&from_dir).map_err(Error::io(format!("read {}", from_dir.display())))?;
-    let mut copied = 0;
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.ends_with(".yaml") && name != "kustomization.yaml" {
-            fs::copy(e.path(), to.join(&name)).map_err(Error::io(format!("copy {name}")))?;
-            copied += 1;
-        }
-    }
-    if copied == 0 {
-        return Err(Error::Invalid(format!(
-            "{required}: no manifests in {}",
-            from_dir.display()
-        )));
-    }
-    Ok(())
-}
-
-fn build_one(
-    module: &GoModule,
-    src: &Path,
-    out: &Path,
-    cache: &Path,
-    binary: &str,
-    package: &str,
-) -> Result<()> {
-    let log_path = cache.join(format!("build-{binary}.log"));
-    let mut log =
-        fs::File::create(&log_path).map_err(Error::io(format!("create {}", log_path.display())))?;
-    let mut child = Command::new(go_command())
-        .current_dir(src)
-        .args(["build", "-v"])
-        .arg(format!("-ldflags={}", module.ldflags))
-        .arg("-o")
-        .arg(out.join(binary))
-        .arg(package)
-        .env("GOMODCACHE", cache.join("gomod"))
-        .env("GOCACHE", cache.join("gocache"))
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-buildvcs=false -mod=readonly")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::GoMissing {
-            message: e.to_string(),
-        })?;
-    let started = Instant::now();
-    let mut last_report = Instant::now();
-    let mut packages = 0usize;
-    if let Some(stderr) = child.stderr.take() {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            let _ = writeln!(log, "{line}");
-            packages += 1;
-            if last_report.elapsed() >= Duration::from_secs(20) {
-                eprintln!(
-                    "kube-testenv: building {binary}: {packages} packages, {:.0} s",
-                    started.elapsed().as_secs_f64()
-                );
-                last_report = Instant::now();
-            }
-        }
-    }
-    let status = child
-        .wait()
-        .map_err(Error::io(format!("wait for go build {binary}")))?;
-    if !status.success() {
-        return Err(Error::Build {
-            binary: binary.into(),
-            module: module.pinned(),
-            status: status.to_string(),
-            tail: tail_of(&log_path, 30),
-            log: log_path,
-        });
-    }
-    eprintln!(
-        "kube-testenv: built {binary} in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
 #[cfg(test)]
@@ -518,6 +413,29 @@ mod tests {
         );
     }
 
+    /// A module of several commands is built with `go build -o DIR/`, which names each binary
+    /// after its package's last path element: the names must agree.
+    #[test]
+    fn several_commands_are_named_as_go_names_them() {
+        for (tool, module) in TOOLS {
+            if module.commands.len() > 1 {
+                for (binary, package) in module.commands {
+                    assert_eq!(package.rsplit('/').next(), Some(*binary), "{tool}");
+                }
+            }
+        }
+    }
+
+    /// The demo's set leaves kube-scheduler out, and the two share the module and its stamps.
+    #[test]
+    fn kube_scheduler_is_a_tool_of_its_own() {
+        assert!(!KUBERNETES.binaries().contains(&"kube-scheduler"));
+        assert_eq!(KUBE_SCHEDULER.binaries(), ["kube-scheduler"]);
+        assert_eq!(KUBE_SCHEDULER.pinned(), KUBERNETES.pinned());
+        assert_eq!(KUBE_SCHEDULER.ldflags, KUBERNETES.ldflags);
+        assert_ne!(KUBE_SCHEDULER.key("go1.26.8"), KUBERNETES.key("go1.26.8"));
+    }
+
     #[test]
     fn key_depends_on_go_version() {
         assert_ne!(ETCD.key("go1.26.8"), ETCD.key("go1.26.9"));
@@ -539,6 +457,7 @@ mod tool_tests {
             names(&[]),
             [
                 "kubernetes",
+                "kube-scheduler",
                 "etcd",
                 "jobset",
                 "lws",
@@ -554,7 +473,9 @@ mod tool_tests {
         let err = err.to_string();
         assert!(
             err.contains("\"kube\"")
-                && err.contains("kubernetes, etcd, jobset, lws, trainer, kueue, helm"),
+                && err.contains(
+                    "kubernetes, kube-scheduler, etcd, jobset, lws, trainer, kueue, helm"
+                ),
             "{err}"
         );
     }

@@ -18,6 +18,7 @@ pub mod binaries;
 pub mod crds;
 pub mod error;
 pub mod faults;
+mod gobuild;
 mod instance;
 mod kubeconfig;
 mod launcher;
@@ -34,10 +35,14 @@ pub use instance::{
     FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
 
-/// Builds every binary an instance may need (with `workloads`, the JobSet, LWS, Trainer and
-/// Kueue controllers too); returns their folders.
+/// Builds every binary an instance may need (kube-scheduler included; with `workloads`, the
+/// JobSet, LWS, Trainer and Kueue controllers too); returns their folders.
 pub fn prepare(workloads: bool) -> Result<Vec<std::path::PathBuf>> {
-    let mut mods = vec![&binaries::KUBERNETES, &binaries::ETCD];
+    let mut mods = vec![
+        &binaries::KUBERNETES,
+        &binaries::KUBE_SCHEDULER,
+        &binaries::ETCD,
+    ];
     if workloads {
         mods.extend([
             &binaries::JOBSET,

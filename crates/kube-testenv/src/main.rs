@@ -112,11 +112,13 @@ enum Cmd {
     },
     /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
-    /// Build (or check) the cached Kubernetes, etcd, JobSet, LeaderWorkerSet, Trainer and Kueue
-    /// binaries, and the chart tests' helm; `--only kubernetes,etcd` builds just those (what `up`
-    /// without `--workload-controllers`, `--trainer` or `--kueue` needs).
+    /// Build (or check) the cached Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet,
+    /// Trainer and Kueue binaries, and the chart tests' helm; `--only kubernetes,etcd` builds just
+    /// those (what `up` without `--kube-scheduler`, `--workload-controllers`, `--trainer` or
+    /// `--kueue` needs: the demo's set).
     Prepare {
-        /// Comma-separated tools: kubernetes, etcd, jobset, lws, trainer, kueue, helm (default: all).
+        /// Comma-separated tools: kubernetes, kube-scheduler, etcd, jobset, lws, trainer, kueue,
+        /// helm (default: all).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

@@ -193,7 +193,7 @@ impl Instance {
         if opts.kube_scheduler {
             let mut flags = auth_flags(ports.scheduler);
             flags.extend(opts.kube_scheduler_args.iter().cloned());
-            launcher.spawn("kube-scheduler", &kube_bin.join("kube-scheduler"), &flags)?;
+            launcher.spawn("kube-scheduler", &bins[6].join("kube-scheduler"), &flags)?;
         }
 
         let mut more_crds = Vec::new();

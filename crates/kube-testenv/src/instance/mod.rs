@@ -105,8 +105,10 @@ impl Instance {
         let started = Instant::now();
         let want_workloads = opts.workload_controllers;
         let (want_trainer, want_kueue) = (opts.trainer, opts.kueue);
+        let want_scheduler = opts.kube_scheduler;
         let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
-            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue]; unused ones empty.
+            // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue, kube-scheduler];
+            // unused ones empty.
             let mut dirs = vec![binaries::ensure(&KUBERNETES)?, binaries::ensure(&ETCD)?];
             let want = |on: bool, m| -> Result<PathBuf> {
                 if on {
@@ -119,6 +121,7 @@ impl Instance {
             dirs.push(want(want_workloads, &LWS)?);
             dirs.push(want(want_trainer, &binaries::TRAINER)?);
             dirs.push(want(want_kueue, &binaries::KUEUE)?);
+            dirs.push(want(want_scheduler, &binaries::KUBE_SCHEDULER)?);
             Ok(dirs)
         })
         .await
