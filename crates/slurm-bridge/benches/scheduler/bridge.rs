@@ -43,6 +43,18 @@ pub(crate) fn spawn_bridge(
     )
     .unwrap();
     let port = free_port();
+    // BENCH_LOG=<file>: the process's log goes there, at BENCH_RUST_LOG (default info): the
+    // per-pod phase timestamps of a run (scheduling_pass, submitted, labelled, job changed,
+    // bound) for hack/bench-phases.py.
+    let log = std::env::var_os("BENCH_LOG").map(|p| std::fs::File::create(p).expect("BENCH_LOG"));
+    let level = match &log {
+        Some(_) => std::env::var("BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
+        // `run`'s node controller warns once per Kubernetes node it leaves alone (the bench's
+        // Slurm nodes are slurm-testenv's, not registered by the bridge).
+        None if command == "run" => "warn,slurm_bridge::controllers::node=error".into(),
+        None => "warn".into(),
+    };
+    let stderr = log.map_or_else(Stdio::inherit, Stdio::from);
     let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
         .args([
             command,
@@ -59,17 +71,9 @@ pub(crate) fn spawn_bridge(
         .arg(format!("127.0.0.1:{port}"))
         .env("KUBECONFIG", kube.kubeconfig())
         .env("SLURM_JWT_FILE", slurm.token_file())
-        // `run`'s node controller warns once per Kubernetes node it leaves alone (the bench's
-        // Slurm nodes are slurm-testenv's, not registered by the bridge).
-        .env(
-            "RUST_LOG",
-            if command == "run" {
-                "warn,slurm_bridge::controllers::node=error"
-            } else {
-                "warn"
-            },
-        )
+        .env("RUST_LOG", level)
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("start slurm-bridge {command}: {e}"));
     Scheduler {
@@ -101,8 +105,17 @@ pub(crate) async fn wait_ready(s: &Scheduler) {
 }
 
 /// The scheduler's metrics once its write count has settled (unchanged for 0.5 s, 10 s at most):
-/// the last pods' Scheduled Events follow their bindings.
+/// the last pods' Scheduled Events follow their bindings. With `BENCH_METRICS=<file>` they are
+/// also written there (every family, e.g. the Slurm requests by endpoint).
 pub(crate) async fn settled_metrics(s: &Scheduler) -> String {
+    let metrics = settle(s).await;
+    if let Some(path) = std::env::var_os("BENCH_METRICS") {
+        std::fs::write(path, &metrics).expect("BENCH_METRICS");
+    }
+    metrics
+}
+
+async fn settle(s: &Scheduler) -> String {
     let mut metrics = String::new();
     let mut last = None;
     for _ in 0..20 {

@@ -19,7 +19,9 @@
 //! writes per pod by kind and the Slurm REST calls per pod (from the scheduler's /metrics) and
 //! kube-apiserver requests per pod (apiserver_request_total over the phase, every client).
 //!
-//! `BENCH_PERF=<file>` records a `perf record -g` profile of the scheduler during the burst.
+//! `BENCH_PERF=<file>` records a `perf record -g` profile of the scheduler during the burst;
+//! `BENCH_LOG=<file>` keeps the scheduler's log (at `BENCH_RUST_LOG`, default `info`) for
+//! `hack/bench-phases.py`, and `BENCH_METRICS=<file>` its last `/metrics`.
 //!
 //! `cargo bench -p slurm-bridge --bench scheduler -- [--mode burst|arrival|backlog|scale|all]
 //! [--pods N] [--nodes N] [--backlog J] [--rate R] [--seconds S] [--workers W]

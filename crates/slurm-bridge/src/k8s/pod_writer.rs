@@ -59,7 +59,14 @@ pub struct PodWriter {
     bound: Arc<Mutex<HashMap<String, Bound>>>,
     /// Events being sent in the background ([`PodWriter::event_in_background`]).
     background: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Background Events in flight at once ([`BACKGROUND_EVENTS`]).
+    event_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Background Events sent at once. Few, as client-go's event broadcaster sends them one at a
+/// time: in a burst the API server serves the label patches and Bindings first, which a pod
+/// waits for, and the Events (which no decision reads) queue behind them, in bind order.
+pub const BACKGROUND_EVENTS: usize = 2;
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
@@ -81,6 +88,7 @@ impl PodWriter {
             written: Default::default(),
             bound: Default::default(),
             background: Arc::new(tokio::sync::watch::channel(0).0),
+            event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
         }
     }
 
@@ -393,7 +401,8 @@ impl PodWriter {
     }
 
     /// As [`PodWriter::event`], from a task of its own: the caller (a bind) does not wait for the
-    /// Event, which no decision reads, so a pass ends one request sooner.
+    /// Event, which no decision reads, so a pass ends one request sooner. At most
+    /// [`BACKGROUND_EVENTS`] are sent at once, first come first sent.
     pub fn event_in_background(
         &self,
         writes: &KubeWrites,
@@ -404,6 +413,8 @@ impl PodWriter {
         let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
+            // The semaphore is never closed; without a permit the Event is sent all the same.
+            let _slot = writer.event_slots.clone().acquire_owned().await.ok();
             writer.event(&writes, &pod, false, reason, note).await;
             writer.background.send_modify(|n| *n -= 1);
         });

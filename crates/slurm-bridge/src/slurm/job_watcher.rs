@@ -141,9 +141,15 @@ impl<S: SlurmJobs> JobWatcher<S> {
     }
 
     /// Records a job the caller just submitted or updated, so lookups see it before the next poll.
+    /// It counts as just fetched: its pending reason is not looked at before `reason_interval`
+    /// (a fresh job has none worth showing yet, and a burst of submits would otherwise cost a
+    /// GET /job/{id} per job and `reason_tick` on top of the one its allocation takes).
     pub fn record(&self, job: WatchedJob) {
         let generation = self.generation.load(Ordering::SeqCst);
         self.recorded.locked().insert(job.job_id, generation);
+        self.fetched_at
+            .locked()
+            .insert(job.job_id, std::time::Instant::now());
         self.index.write_locked().upsert(job);
         *self.last_record.locked() = Some(std::time::Instant::now());
         self.nudge.notify_one();
@@ -204,6 +210,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 if let Some(j) = &new
                     && (always || old.as_deref() != Some(&**j))
                 {
+                    tracing::trace!(job_id, state = ?j.state, nodes = ?j.nodes, "job changed");
                     self.emit(JobEvent::Changed(j.clone()));
                 }
                 new

@@ -82,6 +82,7 @@ pub async fn reconcile<S: Slurm>(
 }
 
 async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
+    tracing::trace!("pass started");
     if !ctx.is_leader() {
         // The controller runs only while this replica leads (scheduler/lifecycle.rs) and is dropped
         // when leadership is lost; a pass that starts in between does nothing.

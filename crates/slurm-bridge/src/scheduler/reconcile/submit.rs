@@ -159,6 +159,7 @@ pub(super) async fn submit<S: Slurm>(
     // No Event for the submit: the label names the job, and the pod's next Event does too
     // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits).
     label_all(ctx, tr, job_id).await?;
+    tracing::debug!(job_id, "labelled");
     // The watcher reports the allocation; look again anyway after a while.
     Ok(Action::requeue(Duration::from_secs(60)))
 }

@@ -180,6 +180,33 @@ async fn pending_reasons_are_refreshed_in_bounded_batches() {
     assert!(events.try_recv().is_err(), "unchanged jobs emit nothing");
 }
 
+/// A job just submitted (recorded) is not fetched for its pending reason before
+/// `reason_interval` has passed: in a burst of submits that would cost a GET /job/{id} per job
+/// on top of the one its allocation takes. A job pending that long is looked at.
+#[tokio::test]
+async fn a_recorded_job_is_not_fetched_for_its_reason_at_once() {
+    let table = Arc::new(Table::default());
+    let cfg = JobWatcherConfig {
+        reason_interval: Duration::from_millis(300),
+        reason_tick: Duration::ZERO,
+        ..Default::default()
+    };
+    let w = JobWatcher::new(table.clone(), cfg);
+    w.initial_sync().await.unwrap();
+    let job = info(7, JobState::Pending, &bridge_comment("g", "ns/p"), "");
+    table.jobs.lock().unwrap().push(job.clone());
+    w.record(WatchedJob::from_info(&job).unwrap());
+    w.poll_once().await.unwrap();
+    assert!(
+        table.fetches.lock().unwrap().is_empty(),
+        "a fresh pending job fetched for its reason: {:?}",
+        table.fetches.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    w.poll_once().await.unwrap();
+    assert_eq!(*table.fetches.lock().unwrap(), [7], "looked at once due");
+}
+
 #[tokio::test]
 async fn a_job_that_stops_being_the_bridges_is_gone_not_kept() {
     let table = Arc::new(Table::default());
