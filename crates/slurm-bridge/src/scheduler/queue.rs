@@ -1,8 +1,14 @@
 //! The scheduling queue in front of the controller, ordered as kube-scheduler's active queue:
-//! higher `spec.priority` first, then older pods, then the order of arrival. It hands the
-//! controller a pod only while fewer passes are outstanding than the controller has workers, so
-//! when more pods wait than can run (start-up, a burst) the higher ones start first; the
-//! controller's own queue orders by due time, to the millisecond and not within one.
+//! higher `spec.priority` first, then the pod served least recently (a pod never passed before
+//! first), then older pods, then the order of arrival. It hands the controller a pod only while
+//! fewer passes are outstanding than the controller has workers, so when more pods wait than can
+//! run (start-up, a burst) the higher ones start first; the controller's own queue orders by due
+//! time, to the millisecond and not within one.
+//!
+//! "Least recently served" keeps a new pod from starving behind a backlog: thousands of pods
+//! waiting on Slurm capacity are passed again and again (their condition writes, job changes, the
+//! resync), and with age alone every such pass of an older pod would rank ahead of the new one
+//! (kube-scheduler avoids it by parking tried pods in its unschedulable queue).
 
 use crate::sync::MutexExt;
 use futures::channel::mpsc;
@@ -10,13 +16,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// One request waiting in the queue.
 struct Queued {
     priority: i32,
+    /// When the pod was last handed out (`State::handed`), 0 if never: smaller is sooner.
+    served: u64,
     created: Option<Time>,
     seq: u64,
     pod: ObjectRef<Pod>,
@@ -27,11 +35,13 @@ impl Queued {
         &self,
     ) -> (
         i32,
+        std::cmp::Reverse<u64>,
         std::cmp::Reverse<Option<&Time>>,
         std::cmp::Reverse<u64>,
     ) {
         (
             self.priority,
+            std::cmp::Reverse(self.served),
             std::cmp::Reverse(self.created.as_ref()),
             std::cmp::Reverse(self.seq),
         )
@@ -62,6 +72,9 @@ struct State {
     /// Pods handed to the controller whose pass has not ended yet.
     outstanding: HashSet<ObjectRef<Pod>>,
     seq: u64,
+    /// Hand-outs so far; `served` holds each cached pod's number at its last one.
+    handed: u64,
+    served: HashMap<ObjectRef<Pod>, u64>,
 }
 
 /// The queue of one term of leadership; see the module doc.
@@ -97,13 +110,22 @@ impl PodQueue {
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.priority)
             .unwrap_or(0);
+        let gone = cached.is_none();
         let created = cached.and_then(|p| p.metadata.creation_timestamp.clone());
         {
             let mut st = self.state.locked();
             st.seq += 1;
             let seq = st.seq;
+            let served = if gone {
+                // Its pass only finds it gone; its record goes with it.
+                st.served.remove(&pod);
+                0
+            } else {
+                st.served.get(&pod).copied().unwrap_or(0)
+            };
             st.heap.push(Queued {
                 priority,
+                served,
                 created,
                 seq,
                 pod,
@@ -127,9 +149,14 @@ impl PodQueue {
             let next = {
                 let mut st = self.state.locked();
                 if st.outstanding.len() < self.workers {
-                    st.heap.pop().inspect(|q| {
+                    let next = st.heap.pop();
+                    if let Some(q) = &next {
                         st.outstanding.insert(q.pod.clone());
-                    })
+                        st.handed += 1;
+                        let handed = st.handed;
+                        st.served.insert(q.pod.clone(), handed);
+                    }
+                    next
                 } else {
                     None
                 }
@@ -200,5 +227,52 @@ mod tests {
         assert_eq!(name(rx.next().await.unwrap()), "low-old");
         queue.done(&ObjectRef::new("high-new").within("ns"));
         assert_eq!(name(rx.next().await.unwrap()), "none");
+    }
+
+    /// A backlog of pods passed again and again (old, same priority) does not hold back a pod
+    /// never passed: it is handed out next, however many re-passes are queued; priority still
+    /// comes first.
+    #[tokio::test]
+    async fn a_new_pod_goes_before_re_passes_of_older_ones() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let mut backlog: Vec<Pod> = (0..50)
+            .map(|i| pod(&format!("old-{i:02}"), Some(0), "2026-01-01T00:00:00Z"))
+            .collect();
+        backlog.push(pod("high-old", Some(10), "2026-01-01T00:00:00Z"));
+        for p in &backlog {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p.clone()));
+        }
+        let (tx, mut rx) = mpsc::unbounded();
+        let queue = PodQueue::new(store, 1, tx);
+        tokio::spawn(queue.clone().feed());
+        // Every backlog pod served once.
+        for p in &backlog {
+            queue.push(ObjectRef::from_obj(p));
+        }
+        for _ in 0..backlog.len() {
+            let r = rx.next().await.unwrap();
+            queue.done(&r);
+        }
+        // Hold the one worker, queue a re-pass of every backlog pod, then a new pod.
+        queue.push(ObjectRef::from_obj(&backlog[0]));
+        let held = rx.next().await.unwrap();
+        for p in &backlog[1..] {
+            queue.push(ObjectRef::from_obj(p));
+        }
+        let new = pod("new", Some(0), "2026-01-02T00:00:00Z");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(new.clone()));
+        queue.push(ObjectRef::from_obj(&new));
+        queue.done(&held);
+        // The higher priority first (served before, but priority ranks above service), then the
+        // new pod ahead of the 49 re-passes of its priority.
+        let first = rx.next().await.unwrap();
+        assert_eq!(first.name, "high-old");
+        queue.done(&first);
+        let second = rx.next().await.unwrap();
+        assert_eq!(second.name, "new", "the new pod waited behind re-passes");
+        queue.done(&second);
+        // Then the re-passes, least recently served first (old-01 was served before old-02...).
+        let third = rx.next().await.unwrap();
+        assert_eq!(third.name, "old-01");
     }
 }
