@@ -302,6 +302,16 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
             phase(p)
         ));
     }
+    // A pod that has just finished holds the finalizer until the pod controller's pass: the
+    // settle waits for it (the invariant check after the settle then finds none, or reports it).
+    for p in pods.items.iter().filter(|p| {
+        matches!(phase(p), "Succeeded" | "Failed") && p.finalizers().iter().any(|f| f == FINALIZER)
+    }) {
+        out.push(format!(
+            "finished pod {} still holds the finalizer",
+            p.name_any()
+        ));
+    }
     for id in env.active_job_ids() {
         out.push(format!("live job {id}: {}", env.scontrol_job(id)));
     }
