@@ -505,7 +505,7 @@ async fn reflect_pods<S>(
                 Ok(event) => {
                     // The group index first: a pass a change starts reads its group through it.
                     if let Some(index) = &caches.handles.pod_groups {
-                        follow_groups(index, &caches.handles.pods, event);
+                        index.follow(&caches.handles.pods, event);
                     }
                     forwarder.forward(&caches.pod_changes, &caches.handles.pods, event)
                 }
@@ -514,16 +514,6 @@ async fn reflect_pods<S>(
             futures::future::ready(())
         })
         .await
-}
-
-/// Keeps the group index in step with the pod store (which has applied `event` already).
-fn follow_groups(index: &PodGroupIndex, store: &Store<Pod>, event: &watcher::Event<Pod>) {
-    match event {
-        watcher::Event::Apply(p) => index.applied(p),
-        watcher::Event::Delete(p) => index.deleted(p),
-        watcher::Event::InitDone => index.rebuild(&store.state()),
-        watcher::Event::Init | watcher::Event::InitApply(_) => {}
-    }
 }
 
 /// The ResourceSlice reflector (resource.k8s.io/v1). Managed fields are dropped as for pods.

@@ -184,7 +184,7 @@ async fn reflect_kind(client: Client, kind: Arc<KindCache>, mut writer: Writer<D
                         DynamicObject {
                             types: Some(types.clone()),
                             metadata: m.metadata,
-                            data: serde_json::json!({}),
+                            data: crate::workload::read_fields::no_data(),
                         }
                     })
                 })

@@ -13,6 +13,8 @@ use crate::wellknown::{
 };
 use crate::workload::kinds::podgroup::pod_group_name;
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
@@ -112,6 +114,17 @@ impl PodGroupIndex {
             fresh.apply(p);
         }
         *self.0.write_locked() = fresh;
+    }
+
+    /// Follows one event of the pod reflector whose store is `store` (which has applied the
+    /// event already): a relist rebuilds the index from the store once it is complete.
+    pub fn follow(&self, store: &Store<Pod>, event: &watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Apply(p) => self.applied(p),
+            watcher::Event::Delete(p) => self.deleted(p),
+            watcher::Event::InitDone => self.rebuild(&store.state()),
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
     }
 
     /// The names of the pods of `namespace` that are members of `group`.

@@ -84,7 +84,7 @@ fn pod_as_owner(pod: &Pod) -> DynamicObject {
             kind: "Pod".into(),
         }),
         metadata: pod.metadata.clone(),
-        data: serde_json::json!({}),
+        data: crate::workload::read_fields::no_data(),
     }
 }
 

@@ -125,16 +125,16 @@ mod tests {
         node(&mut n);
         assert_eq!(n.spec, before.spec);
         assert_eq!(n.metadata.labels, before.metadata.labels);
+        // What placement reads of the node is unchanged.
+        assert_eq!(
+            crate::k8s::node::placement_fingerprint(&n),
+            crate::k8s::node::placement_fingerprint(&before)
+        );
         let (s, b) = (n.status.unwrap(), before.status.unwrap());
         assert_eq!(
             (&s.capacity, &s.allocatable, &s.addresses, &s.conditions),
             (&b.capacity, &b.allocatable, &b.addresses, &b.conditions)
         );
         assert!(s.images.is_none() && s.node_info.is_none());
-        // What placement reads of the node is unchanged.
-        assert_eq!(
-            crate::k8s::node::placement_fingerprint(&n),
-            crate::k8s::node::placement_fingerprint(&before)
-        );
     }
 }

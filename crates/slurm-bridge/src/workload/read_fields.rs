@@ -40,6 +40,12 @@ pub fn reads_data(api_version: &str, kind: &str) -> bool {
     !data_paths(api_version, kind).is_empty()
 }
 
+/// What stands for an object's data when none is kept: an empty `spec`, so typed decoding still
+/// works (the custom resource types, a JobSet's, require the field).
+pub fn no_data() -> Value {
+    serde_json::json!({"spec": {}})
+}
+
 /// Drops from `obj` everything translation does not read (see the module doc).
 pub fn keep_read_fields(obj: &mut DynamicObject) {
     let (api_version, kind) = obj
@@ -48,7 +54,7 @@ pub fn keep_read_fields(obj: &mut DynamicObject) {
         .map(|t| (t.api_version.clone(), t.kind.clone()))
         .unwrap_or_default();
     trim_metadata(&mut obj.metadata);
-    let mut kept = Value::Object(Map::new());
+    let mut kept = no_data();
     for path in data_paths(&api_version, &kind) {
         if let Some(v) = lookup(&obj.data, path) {
             insert(&mut kept, path, v.clone());
@@ -119,7 +125,7 @@ mod tests {
         }))
         .unwrap();
         keep_read_fields(&mut rs);
-        assert_eq!(rs.data, json!({}));
+        assert_eq!(rs.data, json!({"spec": {}}));
         assert_eq!(rs.metadata.owner_references.unwrap()[0].name, "d");
         assert!(!reads_data("apps/v1", "ReplicaSet"));
         assert!(reads_data("batch/v1", "Job"));

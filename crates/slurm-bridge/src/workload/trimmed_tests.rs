@@ -25,7 +25,7 @@ impl WorkloadReader for Trimmed {
         if object.is("v1", "Pod") {
             // A pod owner comes from the pod cache, as its metadata.
             trim_metadata(&mut d.metadata);
-            d.data = serde_json::json!({});
+            d.data = crate::workload::read_fields::no_data();
         } else {
             keep_read_fields(&mut d);
         }
