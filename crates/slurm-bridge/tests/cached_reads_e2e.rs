@@ -40,7 +40,10 @@ async fn reads(client: &kube::Client) -> f64 {
     text.lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
         .filter(|l| l.contains("verb=\"GET\"") || l.contains("verb=\"LIST\""))
-        .filter(|l| READ.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
+        .filter(|l| {
+            READ.iter()
+                .any(|r| l.contains(&format!("resource=\"{r}\"")))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -52,12 +55,10 @@ async fn create(client: &kube::Client, obj: serde_json::Value) {
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", &types.api_version));
-    let (ar, _) = kube::discovery::pinned_kind(
-        client,
-        &GroupVersionKind::gvk(group, version, &types.kind),
-    )
-    .await
-    .unwrap();
+    let (ar, _) =
+        kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, &types.kind))
+            .await
+            .unwrap();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
     api.create(&PostParams::default(), &obj)
         .await
@@ -78,12 +79,15 @@ async fn create_workloads(client: &kube::Client) {
                 "restartPolicy": "Never", "containers": container()}}}}}]}
     }))
     .await;
-    create(client, json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "lws"},
-        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {
-            "schedulerName": SCHEDULER, "containers": container()}}}}
-    }))
+    create(
+        client,
+        json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "lws"},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {
+                "schedulerName": SCHEDULER, "containers": container()}}}}
+        }),
+    )
     .await;
     create(client, json!({
         "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
@@ -99,11 +103,14 @@ async fn create_workloads(client: &kube::Client) {
     }))
     .await;
     for i in 0..3 {
-        create(client, json!({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("training-{i}")},
-            "spec": {"schedulerName": SCHEDULER, "containers": container(),
-                "schedulingGroup": {"podGroupName": "training-workers"}}
-        }))
+        create(
+            client,
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("training-{i}")},
+                "spec": {"schedulerName": SCHEDULER, "containers": container(),
+                    "schedulingGroup": {"podGroupName": "training-workers"}}
+            }),
+        )
         .await;
     }
 }
@@ -230,12 +237,15 @@ async fn translation_reads_come_from_the_caches() {
     assert_eq!(cached.live_reads(), live_before + 1);
 
     // An owner created just now translates at once (from the cache or live, whichever has it).
-    create(&client, json!({
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "late",
-            "annotations": {"slurmjob.slinky.slurm.net/timelimit": "7"}},
-        "spec": {"activeDeadlineSeconds": 120, "template": {"spec": {"schedulerName": SCHEDULER,
-            "restartPolicy": "Never", "containers": container()}}}
-    }))
+    create(
+        &client,
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "late",
+                "annotations": {"slurmjob.slinky.slurm.net/timelimit": "7"}},
+            "spec": {"activeDeadlineSeconds": 120, "template": {"spec": {"schedulerName": SCHEDULER,
+                "restartPolicy": "Never", "containers": container()}}}
+        }),
+    )
     .await;
     wait_until("the late Job's pod", || store.len() == 9).await;
     let late = store

@@ -10,15 +10,15 @@
 //! (RBAC) stays uncached and is read live, as before.
 
 use crate::sync::MutexExt;
+use crate::workload::ObjectRef;
 use crate::workload::kube_reader::KubeReader;
 use crate::workload::read_fields::{keep_read_fields, reads_data, trim_metadata};
-use crate::workload::ObjectRef;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, DynamicObject, TypeMeta};
 use kube::runtime::reflector::{self, Store, store::Writer};
-use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -71,8 +71,8 @@ impl ObjectCaches {
         if kind.state.load(Ordering::Acquire) != READY {
             return None;
         }
-        let key = reflector::ObjectRef::new_with(&object.name, kind.ar.clone())
-            .within(&object.namespace);
+        let key =
+            reflector::ObjectRef::new_with(&object.name, kind.ar.clone()).within(&object.namespace);
         kind.store.get(&key)
     }
 
@@ -174,7 +174,8 @@ async fn reflect_kind(client: Client, kind: Arc<KindCache>, mut writer: Writer<D
             })
             .boxed()
     } else {
-        let meta: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(api.into_client(), &kind.ar);
+        let meta: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(api.into_client(), &kind.ar);
         watcher(meta, watcher::Config::default())
             .default_backoff()
             .map(move |r| {

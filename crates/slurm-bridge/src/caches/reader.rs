@@ -71,7 +71,11 @@ impl CachedReader {
     fn cached_pods(reads: &PodReads, namespace: &str, names: Vec<String>) -> Vec<Arc<Pod>> {
         names
             .iter()
-            .filter_map(|n| reads.store.get(&reflector::ObjectRef::new(n).within(namespace)))
+            .filter_map(|n| {
+                reads
+                    .store
+                    .get(&reflector::ObjectRef::new(n).within(namespace))
+            })
             .collect()
     }
 }

@@ -93,13 +93,19 @@ mod tests {
         let mut meta = before.metadata.clone();
         meta.managed_fields = None;
         meta.annotations = p.metadata.annotations.clone();
-        assert_eq!(p.metadata, meta, "labels, finalizers, owners, uid, version kept");
+        assert_eq!(
+            p.metadata, meta,
+            "labels, finalizers, owners, uid, version kept"
+        );
         assert_eq!(p.spec, before.spec, "the spec is kept whole");
         let (s, b) = (p.status.unwrap(), before.status.unwrap());
         assert_eq!(s.phase, b.phase);
         assert_eq!(s.conditions, b.conditions);
         assert_eq!(s.resource_claim_statuses, b.resource_claim_statuses);
-        let (c, cb) = (&s.container_statuses.unwrap()[0], &b.container_statuses.unwrap()[0]);
+        let (c, cb) = (
+            &s.container_statuses.unwrap()[0],
+            &b.container_statuses.unwrap()[0],
+        );
         assert_eq!(
             (&c.name, &c.state, c.ready, c.restart_count, c.started),
             (&cb.name, &cb.state, cb.ready, cb.restart_count, cb.started)

@@ -3,12 +3,12 @@
 use super::locks::GroupLocks;
 use super::metrics::Metrics;
 use crate::caches::CacheHandles;
+use crate::caches::reader::CachedReader;
 use crate::config::Config;
 use crate::k8s::PodWriter;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
 use crate::sync::MutexExt;
 use crate::workload::ir::pod_key;
-use crate::caches::reader::CachedReader;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
