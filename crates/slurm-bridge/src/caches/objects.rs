@@ -145,7 +145,7 @@ fn is_final(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => {
-            matches!(s.code, 403 | 404 | 405)
+            matches!(s.code, 403..=405)
         }
         _ => false,
     }
