@@ -13,6 +13,7 @@ pub mod pod;
 pub mod pod_writer;
 pub mod rate_limit;
 pub mod selector;
+pub mod trim;
 pub mod writes;
 
 pub use node::slurm_node_name;

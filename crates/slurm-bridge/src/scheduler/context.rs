@@ -3,12 +3,12 @@
 use super::locks::GroupLocks;
 use super::metrics::Metrics;
 use crate::caches::CacheHandles;
+use crate::caches::reader::CachedReader;
 use crate::config::Config;
 use crate::k8s::PodWriter;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
 use crate::sync::MutexExt;
 use crate::workload::ir::pod_key;
-use crate::workload::kube_reader::KubeReader;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -38,7 +38,8 @@ pub struct Ctx<S> {
     pub volume_bind_timeout: Duration,
     /// Since when each pod (`ns/name`, Slurm job) has waited for its claims' binding.
     pub volume_waits: Mutex<HashMap<(String, u32), std::time::Instant>>,
-    pub reader: KubeReader,
+    /// Translation's reads, served from the caches ([`crate::caches::reader`]).
+    pub reader: CachedReader,
     pub writer: PodWriter,
     pub locks: GroupLocks,
     pub metrics: Arc<Metrics>,
@@ -138,7 +139,7 @@ impl<S: Slurm> Ctx<S> {
         metrics: Arc<Metrics>,
     ) -> Self {
         Ctx {
-            reader: KubeReader::new(client.clone()),
+            reader: caches.reader(client.clone()),
             writer: PodWriter::new(client.clone(), &config.scheduler_name),
             config,
             client,

@@ -59,7 +59,13 @@ impl KubeReader {
             .cloned()
     }
 
-    async fn api_resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, ReadError> {
+    /// The API resource of `api_version`/`kind`: from the built-in table, else from discovery
+    /// (once per kind).
+    pub async fn api_resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<ApiResource, ReadError> {
         if let Some(ar) = self.cached(api_version, kind) {
             return Ok(ar);
         }

@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod kube_reader;
 pub mod manifest_reader;
 pub mod owner;
+pub mod read_fields;
 pub mod reader;
 
 pub use group::translate;
@@ -259,6 +260,8 @@ fn join(errors: &[AnnotationError]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trimmed_tests;
 
 #[cfg(test)]
 mod translation_tests {

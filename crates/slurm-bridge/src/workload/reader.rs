@@ -106,6 +106,23 @@ pub trait WorkloadReader: Sync {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> impl Future<Output = Result<Vec<Pod>, ReadError>> + Send;
+
+    /// The pods of a namespace that name the built-in PodGroup `group` in
+    /// `spec.schedulingGroup.podGroupName` (no label selects them). By default every pod of the
+    /// namespace is listed and filtered; a cached reader answers from an index.
+    fn list_scheduling_group(
+        &self,
+        namespace: &str,
+        group: &str,
+    ) -> impl Future<Output = Result<Vec<Pod>, ReadError>> + Send {
+        async move {
+            let listed = self.list_pods(namespace, &BTreeMap::new()).await?;
+            Ok(listed
+                .into_iter()
+                .filter(|p| crate::workload::kinds::podgroup::pod_group_name(p) == Some(group))
+                .collect())
+        }
+    }
 }
 
 /// GET an object and decode it into a typed struct.

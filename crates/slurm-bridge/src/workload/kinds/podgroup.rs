@@ -1,8 +1,6 @@
 //! Built-in PodGroup (`scheduling.k8s.io/v1alpha2`, Kubernetes 1.36 GenericWorkload): all
 //! pods of the namespace that name the PodGroup in `spec.schedulingGroup` make one job.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1alpha2::{PodGroup, Workload};
@@ -39,11 +37,7 @@ pub async fn translate<R: WorkloadReader>(
     let pg_ref = ObjectRef::new(kind::PODGROUP.0, kind::PODGROUP.1, ns, name);
     let pg: PodGroup = get_typed(reader, &pg_ref).await?;
 
-    let listed = reader.list_pods(ns, &BTreeMap::new()).await?;
-    let members: Vec<Pod> = listed
-        .into_iter()
-        .filter(|p| pod_group_name(p) == Some(name))
-        .collect();
+    let members = reader.list_scheduling_group(ns, name).await?;
     let pods = group_pods(members, pod);
     let n = u32::try_from(pods.len()).unwrap_or(u32::MAX);
 

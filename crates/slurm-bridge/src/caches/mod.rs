@@ -6,6 +6,10 @@
 //! subscribes to the changes it reacts to ([`Caches::pod_changes`], [`Caches::node_changes`],
 //! [`JobWatcher::subscribe`]) instead of running its own watches and polls.
 
+pub mod objects;
+pub mod pod_groups;
+pub mod reader;
+
 use crate::k8s::node::placement_fingerprint;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
 use crate::sync::Subscribers;
@@ -15,8 +19,11 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use objects::ObjectCaches;
+use pod_groups::PodGroupIndex;
+use reader::{CachedReader, PodReads};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,12 +58,14 @@ type Fanout<K> = Subscribers<Change<K>>;
 /// Tells subscribers of a reflector's events, as [`Change`]s, once the store holds what they
 /// tell. kube-runtime's store takes the objects of a relist in only when the relist completes
 /// (`InitDone`), so the relist's objects are held back until then: a pass started by one of
-/// them earlier would not find its pod in the store (issue 21).
-struct Forwarder<K> {
-    relisted: Vec<Arc<K>>,
+/// them earlier would not find its pod in the store (issue 21). What is told is the store's own
+/// `Arc` (no copy per event; a relist holds only the keys until it completes); a deleted object
+/// is the event's.
+struct Forwarder<K: kube::Resource> {
+    relisted: Vec<ObjectRef<K>>,
 }
 
-impl<K> Default for Forwarder<K> {
+impl<K: kube::Resource> Default for Forwarder<K> {
     fn default() -> Self {
         Forwarder {
             relisted: Vec::new(),
@@ -64,18 +73,25 @@ impl<K> Default for Forwarder<K> {
     }
 }
 
-impl<K: Clone> Forwarder<K> {
-    /// Forwards `event` (seen after the store applied it) to `to`'s subscribers.
-    fn forward(&mut self, to: &Fanout<K>, event: &watcher::Event<K>) {
+impl<K: kube::Resource<DynamicType = ()> + Clone> Forwarder<K> {
+    /// Forwards `event` (seen after `store` applied it) to `to`'s subscribers.
+    fn forward(&mut self, to: &Fanout<K>, store: &Store<K>, event: &watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(o) => to.send(Change::Applied(Arc::new(o.clone()))),
+            watcher::Event::Apply(o) => to.send(Change::Applied(
+                store
+                    .get(&ObjectRef::from_obj(o))
+                    .unwrap_or_else(|| Arc::new(o.clone())),
+            )),
             watcher::Event::Delete(o) => to.send(Change::Deleted(Arc::new(o.clone()))),
             watcher::Event::Init => self.relisted.clear(),
-            watcher::Event::InitApply(o) => self.relisted.push(Arc::new(o.clone())),
+            watcher::Event::InitApply(o) => self.relisted.push(ObjectRef::from_obj(o)),
             watcher::Event::InitDone => {
-                for o in self.relisted.drain(..) {
-                    to.send(Change::Applied(o));
+                for key in self.relisted.drain(..) {
+                    if let Some(o) = store.get(&key) {
+                        to.send(Change::Applied(o));
+                    }
                 }
+                self.relisted = Vec::new();
                 to.send(Change::Relisted);
             }
         }
@@ -138,6 +154,11 @@ pub struct CacheHandles<S> {
     pub nodes: Store<Node>,
     /// The pods naming the bridge's scheduler.
     pub pods: Store<Pod>,
+    /// The cached pods by the group they name (`None`: no index is kept, group pods are listed
+    /// live; unit tests).
+    pub pod_groups: Option<PodGroupIndex>,
+    /// Owners and group objects translation reads, cached per kind on first read.
+    pub objects: Arc<ObjectCaches>,
     /// Every ResourceSlice: the DRA devices of the nodes (node registration, claims).
     pub slices: Store<ResourceSlice>,
     /// PVCs, PVs and StorageClasses (empty unless [`CacheOptions::volumes`]).
@@ -154,6 +175,8 @@ impl<S> Clone for CacheHandles<S> {
             slurm_nodes: self.slurm_nodes.clone(),
             nodes: self.nodes.clone(),
             pods: self.pods.clone(),
+            pod_groups: self.pod_groups.clone(),
+            objects: self.objects.clone(),
             slices: self.slices.clone(),
             volumes: self.volumes.clone(),
             node_generation: self.node_generation.clone(),
@@ -172,6 +195,8 @@ impl<S: SlurmJobs + SlurmNodes> CacheHandles<S> {
             slurm,
             nodes,
             pods,
+            pod_groups: None,
+            objects: Arc::new(ObjectCaches::none()),
             slices: reflector::store().0,
             volumes: VolumeStores::empty(),
             node_generation: Default::default(),
@@ -179,12 +204,24 @@ impl<S: SlurmJobs + SlurmNodes> CacheHandles<S> {
     }
 }
 
+impl<S> CacheHandles<S> {
+    /// The reader translation uses on these caches ([`reader`]).
+    pub fn reader(&self, client: kube::Client) -> CachedReader {
+        let pods = self.pod_groups.as_ref().map(|groups| PodReads {
+            store: self.pods.clone(),
+            groups: groups.clone(),
+        });
+        CachedReader::new(client, pods, self.objects.clone())
+    }
+}
+
 /// The caches' background tasks; dropping this stops them.
-pub struct CacheTasks(JoinSet<()>);
+pub struct CacheTasks(JoinSet<()>, Arc<ObjectCaches>);
 
 impl CacheTasks {
     /// Stops every cache task and waits for them to end.
     pub async fn stop(mut self) {
+        self.1.stop();
         self.0.abort_all();
         while self.0.join_next().await.is_some() {}
     }
@@ -202,15 +239,9 @@ impl CacheTasks {
     }
 }
 
-/// Strips what no component reads from cached pods (managed fields are most of a pod's size),
-/// to keep memory flat with many pods.
-fn slim(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-}
-
 impl<S: SlurmJobs + SlurmNodes> Caches<S> {
     /// Starts the watches and polls; they run until the returned [`CacheTasks`] is stopped or
-    /// dropped.
+    /// dropped. The object caches start later, per kind, on first read.
     pub fn start(client: Client, slurm: Arc<S>, opts: &CacheOptions) -> (Arc<Self>, CacheTasks) {
         let jobs = JobWatcher::new(
             slurm.clone(),
@@ -233,6 +264,8 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
                 slurm_nodes,
                 nodes,
                 pods,
+                pod_groups: Some(PodGroupIndex::default()),
+                objects: Arc::new(ObjectCaches::new(client.clone())),
                 slices,
                 volumes: VolumeStores { pvcs, pvs, classes },
                 node_generation: Default::default(),
@@ -292,7 +325,8 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             }
             waiter.synced.send_replace(true);
         });
-        (caches, CacheTasks(tasks))
+        let objects = caches.handles.objects.clone();
+        (caches, CacheTasks(tasks, objects))
     }
 
     /// Handles on the caches, for a component's context.
@@ -419,6 +453,7 @@ async fn reflect_nodes<S>(
     let mut forwarder = Forwarder::default();
     watcher(nodes_api, watcher::Config::default())
         .default_backoff()
+        .modify(crate::k8s::trim::node)
         .reflect(writer)
         .for_each(move |event| {
             let changed = match &event {
@@ -444,7 +479,7 @@ async fn reflect_nodes<S>(
                     .fetch_add(1, Ordering::Relaxed);
             }
             if let Ok(event) = &event {
-                forwarder.forward(&caches.node_changes, event);
+                forwarder.forward(&caches.node_changes, &caches.handles.nodes, event);
             }
             futures::future::ready(())
         })
@@ -463,11 +498,17 @@ async fn reflect_pods<S>(
     let mut forwarder = Forwarder::default();
     watcher(pods_api, cfg)
         .default_backoff()
-        .modify(slim)
+        .modify(crate::k8s::trim::pod)
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => forwarder.forward(&caches.pod_changes, event),
+                Ok(event) => {
+                    // The group index first: a pass a change starts reads its group through it.
+                    if let Some(index) = &caches.handles.pod_groups {
+                        index.follow(&caches.handles.pods, event);
+                    }
+                    forwarder.forward(&caches.pod_changes, &caches.handles.pods, event)
+                }
                 Err(e) => tracing::warn!(error = %e, "watching pods failed; retrying"),
             }
             futures::future::ready(())
@@ -489,7 +530,9 @@ async fn reflect_slices<S>(
         .reflect(writer)
         .for_each(move |event| {
             match &event {
-                Ok(event) => forwarder.forward(&caches.slice_changes, event),
+                Ok(event) => {
+                    forwarder.forward(&caches.slice_changes, &caches.handles.slices, event)
+                }
                 Err(e) => tracing::warn!(error = %e, "watching ResourceSlices failed; retrying"),
             }
             futures::future::ready(())
@@ -501,7 +544,6 @@ async fn reflect_slices<S>(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
-    use kube::runtime::reflector::ObjectRef;
 
     fn pod(name: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -529,14 +571,14 @@ mod tests {
         for event in &events {
             // As `reflect` does: the store first, then the event downstream.
             writer.apply_watcher_event(event);
-            forwarder.forward(&fanout, event);
+            forwarder.forward(&fanout, &store, event);
             while let Ok(change) = rx.try_recv() {
                 if let Change::Applied(p) = &change {
                     let name = p.metadata.name.clone().unwrap();
-                    assert!(
-                        store.get(&ObjectRef::new(&name).within("ns")).is_some(),
-                        "{name} was told before the store held it"
-                    );
+                    let held = store.get(&ObjectRef::new(&name).within("ns"));
+                    assert!(held.is_some(), "{name} was told before the store held it");
+                    // The store's own object, not a copy (memory at relists).
+                    assert!(Arc::ptr_eq(p, &held.unwrap()), "{name} was copied");
                     told.push(name);
                 } else {
                     told.push("<relisted>".into());

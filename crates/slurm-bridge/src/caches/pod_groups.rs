@@ -1,0 +1,198 @@
+//! An index of the cached pods by the group they name: the coscheduling PodGroup, LeaderWorkerSet
+//! and Kueue group labels and the built-in PodGroup of `spec.schedulingGroup`. A pass reads its
+//! group's pods through it (`caches::reader`) in O(group), not O(pods) as a scan of the store, or
+//! a LIST of the namespace, would cost.
+//!
+//! It holds names only (the pods are in the store) and follows the pod reflector's events: kept
+//! in step with the store before the change reaches any subscriber, and rebuilt from the store
+//! after a relist.
+
+use crate::sync::RwLockExt;
+use crate::wellknown::{
+    LABEL_COSCHEDULING_POD_GROUP, LABEL_KUEUE_POD_GROUP_NAME, LABEL_LWS_GROUP_KEY,
+};
+use crate::workload::kinds::podgroup::pod_group_name;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+/// The labels that name a pod's group; a LIST by one of them is served from the index.
+pub const GROUP_LABELS: [&str; 3] = [
+    LABEL_COSCHEDULING_POD_GROUP,
+    LABEL_LWS_GROUP_KEY,
+    LABEL_KUEUE_POD_GROUP_NAME,
+];
+
+/// What a pod is a member of, within its namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Membership {
+    /// `label=value`, for one of [`GROUP_LABELS`].
+    Label(&'static str, String),
+    /// `spec.schedulingGroup.podGroupName`.
+    SchedulingGroup(String),
+}
+
+/// The groups a pod names.
+fn memberships(pod: &Pod) -> Vec<Membership> {
+    let labels = pod.metadata.labels.as_ref();
+    let mut out: Vec<Membership> = GROUP_LABELS
+        .iter()
+        .filter_map(|k| {
+            let v = labels?.get(*k)?;
+            Some(Membership::Label(k, v.clone()))
+        })
+        .collect();
+    if let Some(g) = pod_group_name(pod) {
+        out.push(Membership::SchedulingGroup(g.to_string()));
+    }
+    out
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (namespace, membership) -> pod names.
+    members: HashMap<(String, Membership), BTreeSet<String>>,
+    /// (namespace, name) -> what it was indexed under, to undo on a change.
+    of_pod: HashMap<(String, String), Vec<Membership>>,
+}
+
+impl Inner {
+    fn remove(&mut self, ns: &str, name: &str) {
+        let key = (ns.to_string(), name.to_string());
+        for m in self.of_pod.remove(&key).unwrap_or_default() {
+            let k = (key.0.clone(), m);
+            if let Some(set) = self.members.get_mut(&k) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.members.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.remove(ns, name);
+        let ms = memberships(pod);
+        if ms.is_empty() {
+            return;
+        }
+        for m in &ms {
+            self.members
+                .entry((ns.to_string(), m.clone()))
+                .or_default()
+                .insert(name.to_string());
+        }
+        self.of_pod.insert((ns.to_string(), name.to_string()), ms);
+    }
+}
+
+/// See the module doc. Cheap to share (`Arc`); every method takes `&self`.
+#[derive(Default, Clone)]
+pub struct PodGroupIndex(Arc<RwLock<Inner>>);
+
+impl PodGroupIndex {
+    /// A pod was created or changed (its groups may have changed too).
+    pub fn applied(&self, pod: &Pod) {
+        self.0.write_locked().apply(pod);
+    }
+
+    /// A pod was deleted.
+    pub fn deleted(&self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.0.write_locked().remove(ns, name);
+    }
+
+    /// After a relist: the index of exactly these pods.
+    pub fn rebuild(&self, pods: &[Arc<Pod>]) {
+        let mut fresh = Inner::default();
+        for p in pods {
+            fresh.apply(p);
+        }
+        *self.0.write_locked() = fresh;
+    }
+
+    /// Follows one event of the pod reflector whose store is `store` (which has applied the
+    /// event already): a relist rebuilds the index from the store once it is complete.
+    pub fn follow(&self, store: &Store<Pod>, event: &watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Apply(p) => self.applied(p),
+            watcher::Event::Delete(p) => self.deleted(p),
+            watcher::Event::InitDone => self.rebuild(&store.state()),
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    /// The names of the pods of `namespace` that are members of `group`.
+    pub fn members(&self, namespace: &str, group: &Membership) -> Vec<String> {
+        self.0
+            .read_locked()
+            .members
+            .get(&(namespace.to_string(), group.clone()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Pods indexed (for tests and the memory figures).
+    pub fn len(&self) -> usize {
+        self.0.read_locked().of_pod.len()
+    }
+
+    /// True when no pod is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, labels: serde_json::Value, group: Option<&str>) -> Pod {
+        let mut spec = json!({"containers": []});
+        if let Some(g) = group {
+            spec["schedulingGroup"] = json!({"podGroupName": g});
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn lws(v: &str) -> Membership {
+        Membership::Label(LABEL_LWS_GROUP_KEY, v.into())
+    }
+
+    #[test]
+    fn members_follow_label_changes_deletions_and_relists() {
+        let idx = PodGroupIndex::default();
+        idx.applied(&pod("a", json!({LABEL_LWS_GROUP_KEY: "g1"}), None));
+        idx.applied(&pod("b", json!({LABEL_LWS_GROUP_KEY: "g1"}), None));
+        idx.applied(&pod("c", json!({}), Some("pg")));
+        idx.applied(&pod("bare", json!({"app": "x"}), None));
+        assert_eq!(idx.members("ns", &lws("g1")), ["a", "b"]);
+        assert_eq!(
+            idx.members("ns", &Membership::SchedulingGroup("pg".into())),
+            ["c"]
+        );
+        assert!(idx.members("other", &lws("g1")).is_empty());
+        assert_eq!(idx.len(), 3, "a pod naming no group is not kept");
+
+        // b moves to another group; a goes.
+        idx.applied(&pod("b", json!({LABEL_LWS_GROUP_KEY: "g2"}), None));
+        idx.deleted(&pod("a", json!({}), None));
+        assert!(idx.members("ns", &lws("g1")).is_empty());
+        assert_eq!(idx.members("ns", &lws("g2")), ["b"]);
+
+        // A relist keeps exactly the pods the store holds.
+        idx.rebuild(&[Arc::new(pod("d", json!({LABEL_LWS_GROUP_KEY: "g2"}), None))]);
+        assert_eq!(idx.members("ns", &lws("g2")), ["d"]);
+        assert_eq!(idx.len(), 1);
+    }
+}
