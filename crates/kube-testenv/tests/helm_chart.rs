@@ -698,25 +698,26 @@ fn perms(group: &'static str, resources: &[&'static str], verbs: &[&'static str]
         .collect()
 }
 
-/// What the scheduler calls, cluster-wide (src/scheduler, src/workload/kube_reader.rs, src/caches.rs).
+/// What the scheduler calls, cluster-wide (src/scheduler, src/workload/kube_reader.rs, src/caches/).
 fn scheduler_calls() -> Vec<Perm> {
     [
-        // caches.rs: pod reflector (list, watch); pod_ops.rs: label/annotation/finalizer patches,
+        // caches/: pod reflector (list, watch); pod_ops.rs: label/annotation/finalizer patches,
         // a get after a Binding conflict; reconcile.rs, sweep.rs: get; kube_reader.rs: list a group.
         perms("", &["pods"], &["get", "list", "watch", "patch"]),
         perms("", &["pods/binding"], &["create"]), // pod_ops.rs bind
         perms("", &["pods/status"], &["patch"]),   // pod_ops.rs set_unschedulable
-        perms("", &["nodes"], &["list", "watch"]), // caches.rs node reflector
+        perms("", &["nodes"], &["list", "watch"]), // caches/ node reflector
         perms("events.k8s.io", &["events"], &["create"]), // pod_ops.rs event_for
-        // workload/owner.rs + kinds/*: the owner walk and the translators' GETs.
-        perms("apps", &["replicasets", "statefulsets"], &["get"]),
-        perms("batch", &["jobs"], &["get"]),
-        perms("jobset.x-k8s.io", &["jobsets"], &["get"]),
-        perms("leaderworkerset.x-k8s.io", &["leaderworkersets"], &["get"]),
-        perms("scheduling.x-k8s.io", &["podgroups"], &["get"]),
-        perms("scheduling.k8s.io", &["podgroups", "workloads"], &["get"]),
+        // workload/owner.rs + kinds/*: the owner walk and the translators, served by one
+        // reflector per kind (caches/objects.rs: list, watch) with live GETs on a miss.
+        perms("apps", &["replicasets", "statefulsets"], &["get", "list", "watch"]),
+        perms("batch", &["jobs"], &["get", "list", "watch"]),
+        perms("jobset.x-k8s.io", &["jobsets"], &["get", "list", "watch"]),
+        perms("leaderworkerset.x-k8s.io", &["leaderworkersets"], &["get", "list", "watch"]),
+        perms("scheduling.x-k8s.io", &["podgroups"], &["get", "list", "watch"]),
+        perms("scheduling.k8s.io", &["podgroups", "workloads"], &["get", "list", "watch"]),
         perms("scheduling.k8s.io", &["podgroups/status"], &["patch"]), // podgroup.rs
-        // DRA: caches.rs ResourceSlice reflector; scheduler/claims.rs (DeviceClass get_opt,
+        // DRA: caches/ ResourceSlice reflector; scheduler/claims.rs (DeviceClass get_opt,
         // the claim a pod names read back, claims listed by pod uid, created, deleted;
         // allocation written to the claim status).
         perms("resource.k8s.io", &["resourceslices"], &["list", "watch"]),
@@ -727,7 +728,7 @@ fn scheduler_calls() -> Vec<Perm> {
             &["get", "list", "create", "delete"],
         ),
         perms("resource.k8s.io", &["resourceclaims/status"], &["patch"]),
-        // Volumes: caches.rs reflectors; volumes/bind.rs claimRef and selected-node patches,
+        // Volumes: caches/ reflectors; volumes/bind.rs claimRef and selected-node patches,
         // the claims and PVs read back.
         perms(
             "",
@@ -741,16 +742,16 @@ fn scheduler_calls() -> Vec<Perm> {
     .concat()
 }
 
-/// What the controllers call, cluster-wide (src/controllers, src/caches.rs).
+/// What the controllers call, cluster-wide (src/controllers, src/caches/).
 fn controllers_calls() -> Vec<Perm> {
     [
-        // caches.rs reflector; pod_ops.rs remove_finalizer / clear_job; pod/actions.rs remove.
+        // caches/ reflector; pod_ops.rs remove_finalizer / clear_job; pod/actions.rs remove.
         perms("", &["pods"], &["list", "watch", "patch", "delete"]),
         perms("", &["pods/status"], &["patch"]), // pod/actions.rs DisruptionTarget
         perms("", &["nodes"], &["list", "watch", "patch"]), // node/kube_ops.rs
         perms("", &["nodes/status"], &["patch"]), // node/kube_ops.rs conditions
         perms("events.k8s.io", &["events"], &["create"]),
-        // DRA: caches.rs ResourceSlice reflector; pod/actions.rs -> claims::delete_pod_claim.
+        // DRA: caches/ ResourceSlice reflector; pod/actions.rs -> claims::delete_pod_claim.
         perms("resource.k8s.io", &["resourceslices"], &["list", "watch"]),
         perms("resource.k8s.io", &["resourceclaims"], &["delete"]),
     ]

@@ -309,30 +309,31 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
   resources: ["events"]
   verbs: ["create"]
 # The owner walk and the workload translators (reference §4.3: ReplicaSets and StatefulSets
-# are readable, Deployments and DaemonSets are not, so a Deployment's root is its ReplicaSet).
+# are readable, Deployments and DaemonSets are not, so a Deployment's root is its ReplicaSet),
+# served by one reflector per kind (caches/objects.rs: list, watch), a live get on a miss.
 - apiGroups: ["apps"]
   resources: ["replicasets", "statefulsets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["scheduling.x-k8s.io"]
   resources: ["podgroups"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups", "workloads"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 # PodGroupScheduled condition (server-side apply on the status subresource).
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups/status"]
   verbs: ["patch"]
-# DRA: the ResourceSlice reflector (caches.rs); the DeviceClasses a claim may use, the pod's
+# DRA: the ResourceSlice reflector (caches/); the DeviceClasses a claim may use, the pod's
 # ResourceClaim made, allocated in its status, replaced or deleted (scheduler/claims.rs).
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceslices"]
@@ -350,7 +351,7 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceclaims/binding"]
   verbs: ["patch"]
-# Volumes (caches.rs reflectors; volumes/bind.rs): a static PV reserved for a claim (claimRef),
+# Volumes (caches/ reflectors; volumes/bind.rs): a static PV reserved for a claim (claimRef),
 # the selected node of a claim to provision, what binding has done read back.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
@@ -385,7 +386,7 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
-# DRA: the ResourceSlice reflector (caches.rs); a finished pod's ResourceClaim deleted
+# DRA: the ResourceSlice reflector (caches/); a finished pod's ResourceClaim deleted
 # (pod/actions.rs -> scheduler/claims.rs delete_pod_claim).
 - apiGroups: ["resource.k8s.io"]
   resources: ["resourceslices"]
