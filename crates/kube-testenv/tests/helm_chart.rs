@@ -710,12 +710,28 @@ fn scheduler_calls() -> Vec<Perm> {
         perms("events.k8s.io", &["events"], &["create"]), // pod_ops.rs event_for
         // workload/owner.rs + kinds/*: the owner walk and the translators, served by one
         // reflector per kind (caches/objects.rs: list, watch) with live GETs on a miss.
-        perms("apps", &["replicasets", "statefulsets"], &["get", "list", "watch"]),
+        perms(
+            "apps",
+            &["replicasets", "statefulsets"],
+            &["get", "list", "watch"],
+        ),
         perms("batch", &["jobs"], &["get", "list", "watch"]),
         perms("jobset.x-k8s.io", &["jobsets"], &["get", "list", "watch"]),
-        perms("leaderworkerset.x-k8s.io", &["leaderworkersets"], &["get", "list", "watch"]),
-        perms("scheduling.x-k8s.io", &["podgroups"], &["get", "list", "watch"]),
-        perms("scheduling.k8s.io", &["podgroups", "workloads"], &["get", "list", "watch"]),
+        perms(
+            "leaderworkerset.x-k8s.io",
+            &["leaderworkersets"],
+            &["get", "list", "watch"],
+        ),
+        perms(
+            "scheduling.x-k8s.io",
+            &["podgroups"],
+            &["get", "list", "watch"],
+        ),
+        perms(
+            "scheduling.k8s.io",
+            &["podgroups", "workloads"],
+            &["get", "list", "watch"],
+        ),
         perms("scheduling.k8s.io", &["podgroups/status"], &["patch"]), // podgroup.rs
         // DRA: caches/ ResourceSlice reflector; scheduler/claims.rs (DeviceClass get_opt,
         // the claim a pod names read back, claims listed by pod uid, created, deleted;
