@@ -20,6 +20,9 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
+/// Hand-outs between two prunes of `State::served` (records of pods gone from the cache).
+const PRUNE_EVERY: u64 = 4096;
+
 /// One request waiting in the queue.
 struct Queued {
     priority: i32,
@@ -155,6 +158,11 @@ impl PodQueue {
                         st.handed += 1;
                         let handed = st.handed;
                         st.served.insert(q.pod.clone(), handed);
+                        if handed % PRUNE_EVERY == 0 {
+                            // A deleted pod is pushed no more, so its record would stay.
+                            let pods = &self.pods;
+                            st.served.retain(|r, _| pods.get(r).is_some());
+                        }
                     }
                     next
                 } else {
@@ -274,5 +282,34 @@ mod tests {
         // Then the re-passes, least recently served first (old-01 was served before old-02...).
         let third = rx.next().await.unwrap();
         assert_eq!(third.name, "old-01");
+    }
+
+    /// The service records of pods gone from the cache do not pile up over a long term.
+    #[tokio::test]
+    async fn records_of_deleted_pods_are_pruned() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let gone = pod("gone", None, "2026-01-01T00:00:00Z");
+        let stays = pod("stays", None, "2026-01-01T00:00:00Z");
+        for p in [&gone, &stays] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p.clone()));
+        }
+        let (tx, mut rx) = mpsc::unbounded();
+        let queue = PodQueue::new(store, 1, tx);
+        tokio::spawn(queue.clone().feed());
+        queue.push(ObjectRef::from_obj(&gone));
+        let r = rx.next().await.unwrap();
+        queue.done(&r);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(gone.clone()));
+        assert_eq!(queue.state.locked().served.len(), 1);
+        for _ in 1..PRUNE_EVERY {
+            queue.push(ObjectRef::from_obj(&stays));
+            let r = rx.next().await.unwrap();
+            queue.done(&r);
+        }
+        let served = queue.state.locked().served.clone();
+        assert_eq!(
+            served.keys().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["stays"]
+        );
     }
 }
