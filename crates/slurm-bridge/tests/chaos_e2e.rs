@@ -304,9 +304,7 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
     }
     // A pod that has just finished holds the finalizer until the pod controller's pass: the
     // settle waits for it (the invariant check after the settle then finds none, or reports it).
-    for p in pods.items.iter().filter(|p| {
-        matches!(phase(p), "Succeeded" | "Failed") && p.finalizers().iter().any(|f| f == FINALIZER)
-    }) {
+    for p in pods.items.iter().filter(|p| finished_with_finalizer(p)) {
         out.push(format!(
             "finished pod {} still holds the finalizer",
             p.name_any()
@@ -316,6 +314,11 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
         out.push(format!("live job {id}: {}", env.scontrol_job(id)));
     }
     out
+}
+
+/// A finished pod that still holds the bridge's finalizer (the pod controller releases it).
+fn finished_with_finalizer(p: &Pod) -> bool {
+    matches!(phase(p), "Succeeded" | "Failed") && p.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// The invariants after the settle, as messages: no pod in two live jobs, no live job
@@ -348,7 +351,7 @@ async fn invariant_violations(env: &Env) -> Vec<String> {
     let slurm_names = env.slurm_names().await;
     for p in &pods {
         let finished = matches!(phase(p), "Succeeded" | "Failed");
-        if finished && p.finalizers().iter().any(|f| f == FINALIZER) {
+        if finished_with_finalizer(p) {
             out.push(format!("finished pod {} holds the finalizer", p.name_any()));
         }
         let job: Option<u32> = p

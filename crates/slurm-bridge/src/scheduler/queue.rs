@@ -113,19 +113,12 @@ impl PodQueue {
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| s.priority)
             .unwrap_or(0);
-        let gone = cached.is_none();
         let created = cached.and_then(|p| p.metadata.creation_timestamp.clone());
         {
             let mut st = self.state.locked();
             st.seq += 1;
             let seq = st.seq;
-            let served = if gone {
-                // Its pass only finds it gone; its record goes with it.
-                st.served.remove(&pod);
-                0
-            } else {
-                st.served.get(&pod).copied().unwrap_or(0)
-            };
+            let served = st.served.get(&pod).copied().unwrap_or(0);
             st.heap.push(Queued {
                 priority,
                 served,
