@@ -4,6 +4,7 @@
 use crate::agent::NodeSpec;
 use crate::error::{Error, Result, tail_of};
 use crate::instance::{READY_TIMEOUT, kill_group};
+use slurm_testenv::process::ProcId;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 /// else its `tail --pid=OWNER` would live on until the owner exits.
 pub(crate) fn stop_child(component: &str, child: &mut Child) {
     if component == "watchdog" {
-        kill_group(child.id() as i32);
+        kill_group(child.id() as i32, None);
     }
     let _ = child.kill();
     let _ = child.wait();
@@ -26,6 +27,8 @@ pub(crate) struct Launcher {
     pub(crate) dir: PathBuf,
     pub(crate) children: Vec<(&'static str, Child)>,
     pub(crate) pgid: i32,
+    /// The group's leader as it was started, so a later kill never hits a reused group ID.
+    pub(crate) leader: Option<ProcId>,
     /// How each daemon was started (binary, arguments), to start it again (crate::faults).
     pub(crate) specs: Vec<(&'static str, PathBuf, Vec<String>)>,
 }
@@ -62,6 +65,7 @@ impl Launcher {
         let first = self.pgid == 0;
         if first {
             self.pgid = child.id() as i32;
+            self.leader = ProcId::of(self.pgid);
         }
         tracing::debug!(component, pid = child.id(), "kube-testenv: started");
         self.children.push((component, child));
@@ -96,10 +100,20 @@ impl Launcher {
     }
 
     fn check_alive(&mut self) -> Result<()> {
+        match self.exited().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The daemons that exited on their own (a daemon stopped by `crate::faults` is no longer
+    /// a child), each with its status and the tail of its log.
+    pub(crate) fn exited(&mut self) -> Vec<Error> {
+        let mut out = Vec::new();
         for (component, child) in self.children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 let log = self.dir.join("logs").join(format!("{component}.log"));
-                return Err(Error::Exited {
+                out.push(Error::Exited {
                     component,
                     status: status.to_string(),
                     tail: tail_of(&log, 30),
@@ -107,7 +121,7 @@ impl Launcher {
                 });
             }
         }
-        Ok(())
+        out
     }
 
     fn not_ready(&self, component: &'static str, detail: &str) -> Error {
@@ -156,7 +170,7 @@ impl Launcher {
     }
 
     pub(crate) fn kill_all(&mut self) {
-        kill_group(self.pgid);
+        kill_group(self.pgid, self.leader);
         for (component, c) in self.children.iter_mut() {
             stop_child(component, c);
         }

@@ -36,6 +36,21 @@ impl ProcId {
     }
 }
 
+impl ProcId {
+    /// True only when this process is surely gone: no such PID, a later process holding it, or
+    /// a zombie. An unreadable `/proc` entry (too many open files, say) counts as alive, so a
+    /// sweep never removes the instance of an owner that is still running.
+    pub fn is_gone(&self) -> bool {
+        use procfs::ProcError;
+        let stat = procfs::process::Process::new(self.pid).and_then(|p| p.stat());
+        match stat {
+            Ok(stat) => stat.starttime != self.start_time || stat.state == 'Z' || stat.state == 'X',
+            Err(ProcError::NotFound(_)) => true,
+            Err(_) => false,
+        }
+    }
+}
+
 /// `(state, starttime)` from `/proc/PID/stat`.
 fn stat_fields(pid: i32) -> Option<(char, u64)> {
     let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;

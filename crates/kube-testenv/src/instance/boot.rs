@@ -115,6 +115,7 @@ impl Instance {
         // Record the process group at once, so a crash from here on leaves nothing behind.
         let mut meta = read_meta(dir).ok_or_else(|| Error::Invalid("meta.json vanished".into()))?;
         meta.pgid = launcher.pgid;
+        meta.leader = launcher.leader;
         write_meta(dir, &meta)?;
         launcher
             .wait_until("etcd", || {

@@ -20,7 +20,7 @@ mod state;
 
 use boot::Ports;
 use state::write_meta;
-pub(crate) use state::{Meta, kill_group, read_meta, reap};
+pub(crate) use state::{Meta, kill_group, owner_gone, read_meta, reap};
 pub use state::{sweep_stale, validate_name};
 
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -143,7 +143,7 @@ impl Instance {
         // Reserve ports and claim the name under the port lock, so two starts never collide.
         let port_list = ports::reserve(Ports::COUNT, |p| {
             if let Some(m) = read_meta(&dir) {
-                if m.owner.is_alive() {
+                if !owner_gone(&m) {
                     return Err(Error::AlreadyRunning { name: name.clone() });
                 }
                 reap(&dir, Some(&m));
@@ -159,6 +159,7 @@ impl Instance {
                     name: name.clone(),
                     owner: ProcId::current(),
                     pgid: 0,
+                    leader: None,
                     ports: Ports::named(p),
                     bin_dir: bins[0].clone(),
                 },
@@ -171,6 +172,7 @@ impl Instance {
             dir: dir.clone(),
             children: Vec::new(),
             pgid: 0,
+            leader: None,
             specs: Vec::new(),
         };
         match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
@@ -311,6 +313,10 @@ impl Instance {
     fn shutdown(&mut self) {
         // The agent's tasks stop first, so nothing writes to a dying API server.
         self.agent.take();
+        // A daemon that died under a test is the likeliest cause of its failure: say so.
+        for e in self.launcher.exited() {
+            eprintln!("kube-testenv: instance {}: {e}", self.name);
+        }
         self.launcher.kill_all();
         let _ = fs::remove_dir_all(&self.dir);
     }

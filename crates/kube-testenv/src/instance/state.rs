@@ -19,6 +19,9 @@ pub(crate) struct Meta {
     pub(crate) owner: ProcId,
     /// Process group of the daemons (0 until the first one started).
     pub(crate) pgid: i32,
+    /// The group's first daemon as started (absent in folders written by older versions).
+    #[serde(default)]
+    pub(crate) leader: Option<ProcId>,
     pub(crate) ports: BTreeMap<String, u16>,
     pub(crate) bin_dir: PathBuf,
 }
@@ -54,24 +57,40 @@ pub(super) fn write_meta(dir: &Path, meta: &Meta) -> Result<()> {
 }
 
 /// Sends SIGKILL to process group `pgid` (slurm-testenv's `kill` ignores the negative PIDs
-/// that name groups).
-pub(crate) fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        // SAFETY: plain syscall; a group that is already gone is fine.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+/// that name groups), unless the group's ID now belongs to another process than `leader`: a
+/// process group's ID is never reused while the group lives, so a different process holding
+/// that PID means ours has ended and the ID names someone else's group now.
+pub(crate) fn kill_group(pgid: i32, leader: Option<ProcId>) {
+    if pgid <= 0 {
+        return;
+    }
+    if let (Some(leader), Some(now)) = (leader, ProcId::of(pgid))
+        && leader != now
+    {
+        tracing::debug!(
+            pgid,
+            "kube-testenv: process group gone, its ID reused; not killed"
+        );
+        return;
+    }
+    // SAFETY: plain syscall; a group that is already gone is fine.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
     }
 }
 
 /// Kills the daemons of an instance whose owner is gone, and removes its folder.
 pub(crate) fn reap(dir: &Path, meta: Option<&Meta>) {
-    if let Some(m) = meta
-        && m.pgid > 0
-    {
-        kill_group(m.pgid);
+    if let Some(m) = meta {
+        kill_group(m.pgid, m.leader);
     }
     let _ = fs::remove_dir_all(dir);
+}
+
+/// True when the instance's owner has surely ended. This process's own instances are never
+/// stale, whatever `/proc` answers.
+pub(crate) fn owner_gone(m: &Meta) -> bool {
+    m.owner.pid != std::process::id() as i32 && m.owner.is_gone()
 }
 
 /// Removes instances whose owning process has died (a test killed mid-run, a crashed `run`).
@@ -85,7 +104,7 @@ pub fn sweep_stale() {
             continue;
         }
         match read_meta(&dir) {
-            Some(m) if m.owner.is_alive() => {}
+            Some(m) if !owner_gone(&m) => {}
             Some(m) => reap(&dir, Some(&m)),
             // A folder without meta.json is either being created right now (meta is written
             // right after) or left by a crash before that: only remove old ones.
@@ -100,5 +119,69 @@ pub fn sweep_stale() {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    fn group_leader() -> std::process::Child {
+        Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .expect("start sleep")
+    }
+
+    fn meta(owner: ProcId) -> Meta {
+        Meta {
+            name: "t".into(),
+            owner,
+            pgid: 0,
+            leader: None,
+            ports: BTreeMap::new(),
+            bin_dir: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn a_group_id_held_by_another_process_is_not_killed() {
+        let mut child = group_leader();
+        let pid = child.id() as i32;
+        let now = ProcId::of(pid).expect("sleep runs");
+        // The recorded leader started at another time: the ID was reused, the group is not ours.
+        let earlier = ProcId {
+            pid,
+            start_time: now.start_time.wrapping_sub(1),
+        };
+        kill_group(pid, Some(earlier));
+        assert_eq!(
+            child.try_wait().unwrap(),
+            None,
+            "a reused group ID was killed"
+        );
+        kill_group(pid, Some(now));
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "our own group was not killed: {status}");
+    }
+
+    #[test]
+    fn this_processs_instances_are_never_stale() {
+        let me = ProcId::current();
+        assert!(!owner_gone(&meta(me)));
+        // Even when the start time could not be read when the folder was written.
+        assert!(!owner_gone(&meta(ProcId {
+            pid: me.pid,
+            start_time: 0
+        })));
+        let mut child = group_leader();
+        let id = ProcId::of(child.id() as i32).expect("sleep runs");
+        assert!(!owner_gone(&meta(id)), "a running owner counts as gone");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(owner_gone(&meta(id)), "a reaped owner counts as alive");
     }
 }

@@ -547,7 +547,8 @@ pub fn sweep_stale() {
         };
         let meta = locked(&inst.meta).clone();
         let stale = match meta.owner {
-            Some(owner) => !owner.is_alive(),
+            // Our own instances are never stale; an unreadable /proc entry is not a death.
+            Some(owner) => owner.pid != std::process::id() as i32 && owner.is_gone(),
             None => !meta.slurmctld.is_some_and(|p| p.is_alive()),
         };
         if stale {
