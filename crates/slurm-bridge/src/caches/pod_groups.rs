@@ -1,7 +1,8 @@
 //! An index of the cached pods by the group they name: the coscheduling PodGroup, LeaderWorkerSet
-//! and Kueue group labels and the built-in PodGroup of `spec.schedulingGroup`. A pass reads its
-//! group's pods through it (`caches::reader`) in O(group), not O(pods) as a scan of the store, or
-//! a LIST of the namespace, would cost.
+//! and Kueue group labels and the built-in PodGroup of `spec.schedulingGroup`; and by the Slurm
+//! job id label, cluster-wide. A pass reads its group's pods through it (`caches::reader`), and
+//! the pod controller a job's pods, in O(group), not O(pods) as a scan of the store, or a LIST of
+//! the namespace, would cost.
 //!
 //! It holds names only (the pods are in the store) and follows the pod reflector's events: kept
 //! in step with the store before the change reaches any subscriber, and rebuilt from the store
@@ -10,6 +11,7 @@
 use crate::sync::RwLockExt;
 use crate::wellknown::{
     LABEL_COSCHEDULING_POD_GROUP, LABEL_KUEUE_POD_GROUP_NAME, LABEL_LWS_GROUP_KEY,
+    LABEL_SLURM_JOBID,
 };
 use crate::workload::kinds::podgroup::pod_group_name;
 use k8s_openapi::api::core::v1::Pod;
@@ -56,11 +58,23 @@ struct Inner {
     members: HashMap<(String, Membership), BTreeSet<String>>,
     /// (namespace, name) -> what it was indexed under, to undo on a change.
     of_pod: HashMap<(String, String), Vec<Membership>>,
+    /// Slurm job id label -> (namespace, name) of the pods carrying it.
+    by_job: HashMap<String, BTreeSet<(String, String)>>,
+    /// (namespace, name) -> its job id label, to undo on a change.
+    job_of_pod: HashMap<(String, String), String>,
 }
 
 impl Inner {
     fn remove(&mut self, ns: &str, name: &str) {
         let key = (ns.to_string(), name.to_string());
+        if let Some(job) = self.job_of_pod.remove(&key)
+            && let Some(set) = self.by_job.get_mut(&job)
+        {
+            set.remove(&key);
+            if set.is_empty() {
+                self.by_job.remove(&job);
+            }
+        }
         for m in self.of_pod.remove(&key).unwrap_or_default() {
             let k = (key.0.clone(), m);
             if let Some(set) = self.members.get_mut(&k) {
@@ -76,6 +90,19 @@ impl Inner {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         self.remove(ns, name);
+        if let Some(job) = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SLURM_JOBID))
+        {
+            let key = (ns.to_string(), name.to_string());
+            self.by_job
+                .entry(job.clone())
+                .or_default()
+                .insert(key.clone());
+            self.job_of_pod.insert(key, job.clone());
+        }
         let ms = memberships(pod);
         if ms.is_empty() {
             return;
@@ -137,7 +164,17 @@ impl PodGroupIndex {
             .unwrap_or_default()
     }
 
-    /// Pods indexed (for tests and the memory figures).
+    /// `(namespace, name)` of the pods, in any namespace, whose job id label is `value`.
+    pub fn of_job(&self, value: &str) -> Vec<(String, String)> {
+        self.0
+            .read_locked()
+            .by_job
+            .get(value)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Pods indexed by group (for tests and the memory figures).
     pub fn len(&self) -> usize {
         self.0.read_locked().of_pod.len()
     }
@@ -190,9 +227,33 @@ mod tests {
         assert!(idx.members("ns", &lws("g1")).is_empty());
         assert_eq!(idx.members("ns", &lws("g2")), ["b"]);
 
+        // The job id label, cluster-wide, whether or not the pod names a group.
+        let job = |v: &str| json!({LABEL_SLURM_JOBID: v});
+        idx.applied(&pod("bare", job("7"), None));
+        idx.applied(&pod(
+            "c",
+            json!({LABEL_SLURM_JOBID: "7", "x": "y"}),
+            Some("pg"),
+        ));
+        assert_eq!(
+            idx.of_job("7"),
+            [
+                ("ns".to_string(), "bare".to_string()),
+                ("ns".into(), "c".into())
+            ]
+        );
+        idx.applied(&pod("c", job("8"), Some("pg")));
+        idx.deleted(&pod("bare", json!({}), None));
+        assert!(
+            idx.of_job("7").is_empty(),
+            "a relabelled or deleted pod stays indexed"
+        );
+        assert_eq!(idx.of_job("8"), [("ns".to_string(), "c".to_string())]);
+
         // A relist keeps exactly the pods the store holds.
         idx.rebuild(&[Arc::new(pod("d", json!({LABEL_LWS_GROUP_KEY: "g2"}), None))]);
         assert_eq!(idx.members("ns", &lws("g2")), ["d"]);
         assert_eq!(idx.len(), 1);
+        assert!(idx.of_job("8").is_empty());
     }
 }
