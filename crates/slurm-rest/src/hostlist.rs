@@ -21,6 +21,11 @@ impl HostlistError {
 /// Upper bound of hosts one expression may expand to (guards against `n[0-999999999]`).
 pub const MAX_HOSTS: usize = 1 << 20;
 
+/// Upper bound of the bytes of the names one expression may expand to: a million hosts with
+/// long names (a 1 KiB prefix before `[0-999999]`) would otherwise take gigabytes. Real
+/// host names are at most 64 bytes, so every list within [`MAX_HOSTS`] of such names fits.
+pub const MAX_NAME_BYTES: usize = 64 << 20;
+
 /// Expand a host list into host names, in order (duplicates kept, as Slurm does).
 ///
 /// ```
@@ -28,12 +33,13 @@ pub const MAX_HOSTS: usize = 1 << 20;
 /// ```
 pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     for expr in split_top(list)? {
         let expr = expr.trim();
         if expr.is_empty() {
             continue;
         }
-        expand_expr(list, expr, &mut out)?;
+        expand_expr(list, expr, &mut out, &mut bytes)?;
     }
     Ok(out)
 }
@@ -81,7 +87,12 @@ enum Piece {
     Group(Vec<String>),
 }
 
-fn expand_expr(list: &str, expr: &str, out: &mut Vec<String>) -> Result<(), HostlistError> {
+fn expand_expr(
+    list: &str,
+    expr: &str,
+    out: &mut Vec<String>,
+    bytes: &mut usize,
+) -> Result<(), HostlistError> {
     let mut pieces = Vec::new();
     let mut rest = expr;
     // Hosts the expression expands to so far: checked group by group, so that many large
@@ -110,10 +121,27 @@ fn expand_expr(list: &str, expr: &str, out: &mut Vec<String>) -> Result<(), Host
         Piece::Text(_) => Some(acc),
         Piece::Group(g) => acc.checked_mul(g.len()),
     });
-    match total {
-        Some(n) if out.len().saturating_add(n) <= MAX_HOSTS => {}
+    let n = match total {
+        Some(n) if out.len().saturating_add(n) <= MAX_HOSTS => n,
         _ => return Err(HostlistError::new(list, "expands to too many hosts")),
-    }
+    };
+    let name_len: usize = pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Text(t) => t.len(),
+            Piece::Group(g) => g.iter().map(String::len).max().unwrap_or(0),
+        })
+        .sum();
+    *bytes = n
+        .checked_mul(name_len)
+        .and_then(|b| b.checked_add(*bytes))
+        .filter(|b| *b <= MAX_NAME_BYTES)
+        .ok_or_else(|| {
+            HostlistError::new(
+                list,
+                format!("expands to more than {} MiB of names", MAX_NAME_BYTES >> 20),
+            )
+        })?;
     let mut names = vec![String::new()];
     for p in &pieces {
         match p {

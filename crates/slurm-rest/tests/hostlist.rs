@@ -64,6 +64,20 @@ fn many_large_groups_are_refused_before_expansion() {
     assert_eq!(expand("r[1-2]n[1-2]x[7]").unwrap().len(), 4);
 }
 
+/// Found by fuzzing (FUZZ_CASES=20000, target hostlist, 1.7 GB and growing): a million hosts
+/// is within the count limit, but with a long literal prefix each name is long too, so the
+/// names took gigabytes. The bytes of the names are bounded as well.
+#[test]
+fn a_million_long_names_are_refused_before_expansion() {
+    let list = format!("{}[0-999999]", "n".repeat(1024));
+    let err = expand(&list).unwrap_err();
+    assert!(err.to_string().contains("MiB of names"), "{err}");
+    // As many hosts with real (short) names still expand, and so do long names few enough.
+    assert_eq!(expand("node-[0-999999]").unwrap().len(), 1_000_000);
+    let long = format!("{}[1-3]", "n".repeat(1024));
+    assert_eq!(expand(&long).unwrap().len(), 3);
+}
+
 #[test]
 fn compresses_runs() {
     assert_eq!(
