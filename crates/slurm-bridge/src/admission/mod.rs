@@ -9,6 +9,7 @@
 //! - [`server`]: the HTTPS server; [`start`] runs it all as one component.
 
 pub mod certs;
+pub mod deadlines;
 pub mod managed;
 pub mod mutate;
 pub mod review;

@@ -3,6 +3,7 @@
 //! Every request gets an answer: an `AdmissionReview` response, or HTTP 400 with the reason
 //! when the body is not a usable `AdmissionReview` (the connection and the server go on).
 
+use super::deadlines::{Deadlines, Limits};
 use super::managed::{Namespaces, needs_namespace};
 use super::review::{self, AdmissionRequest, Verdict};
 use super::{mutate, tls, validate};
@@ -230,20 +231,27 @@ pub struct ServeOptions {
     pub enable_http2: bool,
     /// Longest TLS handshake.
     pub handshake_timeout: Duration,
-    /// Longest wait for a request's headers on HTTP/1.1 (also between kept-alive requests).
+    /// Longest wait for a request's headers on HTTP/1.1, from its first byte (from the
+    /// connection's start for the first request).
     pub header_read_timeout: Duration,
+    /// Longest wait of a kept-alive HTTP/1.1 connection for its next request: longer than the
+    /// API server's webhook client keeps an idle connection (90 s), so the client closes first
+    /// and never sends a request on a connection being closed (see [`super::deadlines`]).
+    pub idle_timeout: Duration,
     /// Longest time for one request, its body included; the API server gives a webhook 30 s at
     /// most.
     pub request_timeout: Duration,
 }
 
 impl ServeOptions {
-    /// The defaults: a client has 10 s for the handshake and for its headers, 30 s in all.
+    /// The defaults: a client has 10 s for the handshake and for its headers, 30 s in all; an
+    /// idle connection is kept 120 s.
     pub fn new(enable_http2: bool) -> Self {
         ServeOptions {
             enable_http2,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
         }
     }
@@ -311,8 +319,8 @@ pub async fn serve_tls(
                     }
                 };
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let io = TokioIo::new(tls);
             let served = if h2 {
+                let io = TokioIo::new(tls);
                 let mut builder =
                     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 builder
@@ -322,10 +330,15 @@ pub async fn serve_tls(
                     .keep_alive_timeout(opts.header_read_timeout);
                 builder.http2_only().serve_connection(io, service).await
             } else {
+                let limits = Limits {
+                    header: opts.header_read_timeout,
+                    idle: opts.idle_timeout,
+                };
+                // Our deadlines, not hyper's header_read_timeout (which counts idle time).
                 hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(opts.header_read_timeout)
-                    .serve_connection(io, service)
+                    .header_read_timeout(None)
+                    .serve_connection(TokioIo::new(Deadlines::new(tls, limits)), service)
                     .await
                     .map_err(Into::into)
             };

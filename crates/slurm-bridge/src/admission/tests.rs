@@ -1036,6 +1036,50 @@ async fn tls_server_survives_bad_input_and_reloads_certificates() {
         let _ = plain.read_to_end(&mut buf).await;
         assert!(!String::from_utf8_lossy(&buf).contains("200 OK"));
     }
+    // A kept-alive connection idle for longer than the header limit still serves its next
+    // request (the API server reuses idle connections for up to 90 s and does not retry a POST
+    // the server closed under it).
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tls_connect(addr, &ca).await;
+        let request =
+            b"POST /validate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\ngarbage";
+        for round in 0..2 {
+            if round == 1 {
+                // The client pausing: three header limits.
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            conn.write_all(request).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            // One whole response: headers, then Content-Length bytes of body.
+            let complete = |got: &[u8]| {
+                let text = String::from_utf8_lossy(got);
+                let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                    return false;
+                };
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                body.len() >= len
+            };
+            while !complete(&got) {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(
+                    n > 0,
+                    "round {round}: the server closed the kept-alive connection"
+                );
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(
+                got.starts_with(b"HTTP/1.1 400"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+    }
     // A client that stops in the middle of its headers is disconnected, and the server goes on.
     {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
