@@ -176,7 +176,11 @@ impl Drop for LabelTicket {
     fn drop(&mut self) {
         {
             let mut st = self.memo.0.locked();
-            if st.in_flight.get(&self.key).is_some_and(|f| f.seq == self.seq) {
+            if st
+                .in_flight
+                .get(&self.key)
+                .is_some_and(|f| f.seq == self.seq)
+            {
                 st.in_flight.remove(&self.key);
             }
         }
@@ -266,7 +270,10 @@ mod tests {
             panic!("a second patch while one is in flight")
         };
         first.landed(&v10, Some("11".into()));
-        assert_eq!(*waiting.wait_for(|o| o.is_some()).await.unwrap(), Some(true));
+        assert_eq!(
+            *waiting.wait_for(|o| o.is_some()).await.unwrap(),
+            Some(true)
+        );
         assert!(is_done(&memo, &v10, 7));
 
         let b = pod("b", "u2", "10");

@@ -163,7 +163,13 @@ impl PodWriter {
     /// first come first sent: the caller (a pass that just submitted the job) does not hold its
     /// worker for the API server's answer. A later [`PodWriter::label`] of the pod with the job
     /// (the bind's) waits for this one's outcome, and sends the patch itself if it failed.
-    pub fn label_in_background(&self, writes: &KubeWrites, pod: &Pod, job_id: u32, clear_node: bool) {
+    pub fn label_in_background(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        job_id: u32,
+        clear_node: bool,
+    ) {
         let Some(patch) = label_patch(pod, job_id, clear_node, &self.scheduler_name) else {
             return;
         };

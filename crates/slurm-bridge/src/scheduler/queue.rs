@@ -331,7 +331,10 @@ mod tests {
         }
         let a = rx.next().await.unwrap();
         assert_eq!(a.name, "a");
-        assert!(quiet(&mut rx).await, "b handed out with the one worker busy");
+        assert!(
+            quiet(&mut rx).await,
+            "b handed out with the one worker busy"
+        );
         let stage_a = queue.binding_stage(&a).await;
         assert!(stage_a.is_some());
         let b = rx.next().await.unwrap();

@@ -44,7 +44,10 @@ impl Triggers {
 
     /// The pass of `pod` enters its binding stage ([`PodQueue::binding_stage`]); the permit is
     /// held while its Bindings are sent. Nothing to wait for while no term runs (unit tests).
-    pub(super) async fn binding_stage(&self, pod: &Pod) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    pub(super) async fn binding_stage(
+        &self,
+        pod: &Pod,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let queue = self.0.locked().clone()?;
         queue.binding_stage(&ObjectRef::from_obj(pod)).await
     }
