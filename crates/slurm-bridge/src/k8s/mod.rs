@@ -7,6 +7,7 @@
 pub mod api_error;
 pub mod events;
 pub mod fenced;
+mod label_memo;
 pub mod label_patch;
 pub mod node;
 pub mod pod;

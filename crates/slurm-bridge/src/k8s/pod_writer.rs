@@ -3,6 +3,7 @@
 //! The scheduler binds with it; the pod controller removes finalizers and job labels with it.
 //! Every request that writes is counted in [`KubeWrites`] by its [`write_kind`].
 
+use super::label_memo::{Claim, LabelMemo, LabelTicket};
 use super::label_patch::label_patch;
 use super::writes::{KubeWrites, write_kind};
 use crate::k8s::pod_key;
@@ -18,23 +19,8 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// This writer's label patch and binding of a pod, until the pod cache shows a newer version.
-#[derive(Default)]
-struct Written {
-    uid: Option<String>,
-    /// resourceVersions of the pod older than the last write: those this writer wrote on top of,
-    /// and those its earlier writes made. A pass that read one of them read a pod older than the
-    /// writes.
-    superseded: Vec<String>,
-    /// The resourceVersion the last write made, when the answer tells (a patch does, a binding
-    /// does not).
-    made: Option<String>,
-    /// The job id it labelled the pod with.
-    labelled: Option<u32>,
-}
-
 /// A binding this writer posted (or is posting), kept while the pod exists. Not judged by
-/// resourceVersions as [`Written`] is: a Binding's answer carries none, and the cache may apply
+/// resourceVersions as the label patches are ([`LabelMemo`]): a Binding's answer carries none, and the cache may apply
 /// the label patch's version before the binding is even sent, so a pass reading that version
 /// would bind again (1.11 Bindings per pod in a burst before this). Nor dropped when the cache
 /// shows the pod bound: a pass that took its copy of the pod just before still holds an unbound
@@ -51,13 +37,15 @@ pub struct PodWriter {
     scheduler_name: String,
     /// `reportingInstance` of Events: the pod name when set, else the host name.
     instance: String,
-    /// Writes made, by pod key, until the pod cache shows a newer version of the pod
-    /// ([`PodWriter::seen`]): a pass that read the pod from the cache before the cache caught up
-    /// does not label or bind it a second time.
-    written: Arc<Mutex<HashMap<String, Written>>>,
+    /// Label patches sent and in flight ([`LabelMemo`]): a pod is labelled once, whatever copy
+    /// of it a pass holds.
+    labels: LabelMemo,
+    /// Background label patches in flight at once ([`PodWriter::label_in_background`]).
+    label_slots: Arc<tokio::sync::Semaphore>,
     /// Bindings posted, by pod key, until the pod goes (or another pod of that name is seen).
     bound: Arc<Mutex<HashMap<String, Bound>>>,
-    /// Events being sent in the background ([`PodWriter::event_in_background`]).
+    /// Events and label patches being sent in the background ([`PodWriter::event_in_background`],
+    /// [`PodWriter::label_in_background`]).
     background: Arc<tokio::sync::watch::Sender<usize>>,
     /// Background Events in flight at once ([`BACKGROUND_EVENTS`]).
     event_slots: Arc<tokio::sync::Semaphore>,
@@ -67,6 +55,11 @@ pub struct PodWriter {
 /// time: in a burst the API server serves the label patches and Bindings first, which a pod
 /// waits for, and the Events (which no decision reads) queue behind them, in bind order.
 pub const BACKGROUND_EVENTS: usize = 2;
+
+/// Background label patches sent at once ([`PodWriter::label_in_background`]), as many as the
+/// scheduler's default workers: the label patches of a burst are in flight beside its Bindings,
+/// not all at once in front of them.
+pub const BACKGROUND_LABELS: usize = 64;
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
@@ -85,7 +78,8 @@ impl PodWriter {
             instance: crate::leader::identity(),
             client,
             scheduler_name: scheduler_name.to_string(),
-            written: Default::default(),
+            labels: LabelMemo::default(),
+            label_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_LABELS)),
             bound: Default::default(),
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
@@ -104,43 +98,9 @@ impl PodWriter {
             .is_some_and(|b| b.uid == pod.uid() && b.node == node)
     }
 
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
-        self.written.locked()
-    }
-
-    /// What this writer wrote on top of `pod` as the caller read it, when that is an older
-    /// version than the writes (the cache has not caught up with them).
-    fn written_over<T>(&self, pod: &Pod, what: impl Fn(&Written) -> T) -> Option<T> {
-        let written = self.written();
-        let w = written.get(&pod_key(pod))?;
-        let rv = pod.resource_version()?;
-        (w.uid == pod.uid() && w.superseded.contains(&rv)).then(|| what(w))
-    }
-
-    /// Records a write on top of `pod` (as the caller read it) that made version `made`.
-    fn wrote(&self, pod: &Pod, made: Option<String>, record: impl FnOnce(&mut Written)) {
-        let Some(rv) = pod.resource_version() else {
-            return;
-        };
-        let mut written = self.written();
-        let w = written.entry(pod_key(pod)).or_default();
-        if w.uid != pod.uid() {
-            *w = Written {
-                uid: pod.uid(),
-                ..Default::default()
-            };
-        }
-        for old in [Some(rv), w.made.take()].into_iter().flatten() {
-            if !w.superseded.contains(&old) {
-                w.superseded.push(old);
-            }
-        }
-        w.made = made;
-        record(w);
-    }
-
-    /// The pod cache applied `pod`: a version this writer did not write on top of, so it shows
-    /// the writes (or a later change), and nothing is kept for the pod any more.
+    /// The pod cache applied `pod`: a pod recreated under a known name is another pod, and
+    /// nothing is kept for the old one. What was written to this very pod is kept whatever
+    /// versions the cache applies: a pass may still hold a copy read before them.
     pub fn seen(&self, pod: &Pod) {
         let key = pod_key(pod);
         {
@@ -149,34 +109,27 @@ impl PodWriter {
                 bound.remove(&key);
             }
         }
-        let mut written = self.written();
-        if let Some(w) = written.get(&key)
-            && (w.uid != pod.uid()
-                || !pod
-                    .resource_version()
-                    .is_some_and(|rv| w.superseded.contains(&rv)))
-        {
-            written.remove(&key);
-        }
+        self.labels.seen(pod);
     }
 
     /// Forgets what is kept about a pod (it was deleted).
     pub fn forget_pod(&self, key: &str) {
-        self.written().remove(key);
+        self.labels.forget(key);
         self.bound().remove(key);
     }
 
     /// Keeps what is kept only for the pods `keep` accepts (after a relist of the pods).
     pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
-        self.written().retain(|key, _| keep(key));
+        self.labels.retain(&keep);
         self.bound().retain(|key, _| keep(key));
     }
 
     /// Labels a pod with its job id, adds the finalizer once and the bridge toleration once, and
     /// clears a node annotation that does not belong to this job ([`label_patch`]: for a pod the
     /// admission webhook created, the label alone). Nothing is written when the pod has all
-    /// this already, or when `pod` is older than this writer's own label patch (read from a
-    /// cache that has not caught up yet).
+    /// this already, or when this writer labelled it with the job on top of `pod` (a copy read
+    /// from a cache that has not caught up); a patch of it in flight
+    /// ([`PodWriter::label_in_background`]) is waited for, not sent twice.
     pub async fn label(
         &self,
         writes: &KubeWrites,
@@ -187,20 +140,78 @@ impl PodWriter {
         let Some(patch) = label_patch(pod, job_id, clear_node, &self.scheduler_name) else {
             return Ok(());
         };
-        if self.written_over(pod, |w| w.labelled == Some(job_id)) == Some(true) {
-            return Ok(());
-        }
+        let ticket = loop {
+            match self.labels.claim(pod, job_id) {
+                Claim::Done => return Ok(()),
+                Claim::Send(ticket) => break ticket,
+                Claim::Wait(mut outcome) => {
+                    let landed = outcome
+                        .wait_for(|o| o.is_some())
+                        .await
+                        .is_ok_and(|o| *o == Some(true));
+                    if landed {
+                        return Ok(());
+                    }
+                    // It failed: claim again (another caller may be sending it by now).
+                }
+            }
+        };
+        self.send_label(writes, pod, &patch, ticket).await
+    }
+
+    /// As [`PodWriter::label`], from a task of its own, at most [`BACKGROUND_LABELS`] at once,
+    /// first come first sent: the caller (a pass that just submitted the job) does not hold its
+    /// worker for the API server's answer. A later [`PodWriter::label`] of the pod with the job
+    /// (the bind's) waits for this one's outcome, and sends the patch itself if it failed.
+    pub fn label_in_background(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        job_id: u32,
+        clear_node: bool,
+    ) {
+        let Some(patch) = label_patch(pod, job_id, clear_node, &self.scheduler_name) else {
+            return;
+        };
+        // Claimed now, so a pass right after waits for this patch instead of sending its own.
+        let Claim::Send(ticket) = self.labels.claim(pod, job_id) else {
+            return;
+        };
+        let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
+        self.background.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            // The semaphore is never closed; without a permit the patch is sent all the same.
+            let slot = writer.label_slots.clone().acquire_owned().await.ok();
+            match writer.send_label(&writes, &pod, &patch, ticket).await {
+                Ok(()) => tracing::debug!(pod = %pod_key(&pod), job_id, "labelled"),
+                // Deleted meanwhile: its job is the sweep's and the next pass's business.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => tracing::warn!(pod = %pod_key(&pod), job_id,
+                    error = %crate::k8s::api_error::Brief(&e),
+                    "labelling failed; the pod's next pass labels it"),
+            }
+            drop(slot);
+            writer.background.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// The label patch request, under `ticket`.
+    async fn send_label(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        patch: &serde_json::Value,
+        ticket: LabelTicket,
+    ) -> Result<(), kube::Error> {
         writes.inc(write_kind::LABEL);
         let patched = api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
                 &params(&self.scheduler_name),
-                &Patch::Strategic(&patch),
+                &Patch::Strategic(patch),
             )
             .await?;
-        self.wrote(pod, patched.resource_version(), |w| {
-            w.labelled = Some(job_id)
-        });
+        ticket.landed(pod, patched.resource_version());
         Ok(())
     }
 
@@ -420,7 +431,7 @@ impl PodWriter {
         });
     }
 
-    /// Returns once no Event is being sent in the background (tests, shutdown).
+    /// Returns once no Event or label patch is being sent in the background (tests, shutdown).
     pub async fn background_done(&self) {
         let mut rx = self.background.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
@@ -475,53 +486,6 @@ mod tests {
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
         }))
         .expect("pod")
-    }
-
-    fn labelled(w: &PodWriter, p: &Pod) -> Option<u32> {
-        w.written_over(p, |w| w.labelled).flatten()
-    }
-
-    #[tokio::test]
-    async fn versions_older_than_the_writes_are_known_until_the_cache_catches_up() {
-        let w = writer();
-        let (v10, v11, v12) = (
-            pod("a", "u1", "10"),
-            pod("a", "u1", "11"),
-            pod("a", "u1", "12"),
-        );
-        // Labelled on top of 10 (the patch made 11).
-        w.wrote(&v10, Some("11".into()), |x| x.labelled = Some(7));
-        assert_eq!(labelled(&w, &v10), Some(7));
-        assert_eq!(labelled(&w, &v11), None, "11 is judged as it is");
-        // The cache applying a version older than the writes keeps the memo; a newer one ends it.
-        w.seen(&v10);
-        assert_eq!(labelled(&w, &v10), Some(7));
-        w.seen(&v12);
-        assert!(w.written().is_empty());
-        assert_eq!(labelled(&w, &v10), None);
-
-        // The cache showing the label patch's own version, with nothing written after it.
-        w.wrote(&v10, Some("11".into()), |x| x.labelled = Some(7));
-        w.seen(&v11);
-        assert!(w.written().is_empty());
-
-        // A pod recreated under the same name is another pod.
-        w.wrote(&v10, None, |x| x.labelled = Some(7));
-        assert_eq!(labelled(&w, &pod("a", "u2", "10")), None);
-        w.seen(&pod("a", "u2", "10"));
-        assert!(w.written().is_empty());
-    }
-
-    #[tokio::test]
-    async fn what_is_written_goes_with_its_pod() {
-        let w = writer();
-        for name in ["a", "b", "c"] {
-            w.wrote(&pod(name, name, "1"), None, |x| x.labelled = Some(1));
-        }
-        w.forget_pod("ns/a");
-        w.retain_pods(|key| key != "ns/b");
-        let left: Vec<String> = w.written().keys().cloned().collect();
-        assert_eq!(left, ["ns/c"]);
     }
 
     #[tokio::test]

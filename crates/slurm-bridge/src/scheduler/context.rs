@@ -62,6 +62,9 @@ pub struct Ctx<S> {
     /// Slurm node name -> Kubernetes node name ([`Ctx::slurm_to_kube`]), with the node generation
     /// and node count it was built for.
     pub node_names: Mutex<Option<NodeNames>>,
+    /// Where passes are requested, and the binding stage of a pass
+    /// ([`super::triggers::Triggers::binding_stage`]).
+    pub(super) triggers: Arc<super::triggers::Triggers>,
 }
 
 /// The node name map [`Ctx::slurm_to_kube`] keeps.
@@ -161,6 +164,7 @@ impl<S: Slurm> Ctx<S> {
             leader: AtomicBool::new(false),
             placements: Default::default(),
             rejections: Default::default(),
+            triggers: Default::default(),
         }
     }
 

@@ -117,7 +117,11 @@ impl<S: Slurm> Lifecycle<S> {
             futures::stream::empty::<Result<Pod, watcher::Error>>(),
             self.ctx.pods.clone(),
         )
-        .with_config(ControllerConfig::default().concurrency(self.opts.concurrency))
+        // The workers decide (the queue hands out no more than they are); as many passes again
+        // may be in their binding stage, sending Bindings ([`PodQueue::binding_stage`]).
+        .with_config(
+            ControllerConfig::default().concurrency(self.opts.concurrency.saturating_mul(2)),
+        )
         .reconcile_on(queue)
         .graceful_shutdown_on(until_true(stop.clone()))
         .run(

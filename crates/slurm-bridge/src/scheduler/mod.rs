@@ -28,7 +28,7 @@ mod siblings;
 mod triggers;
 
 use lifecycle::Lifecycle;
-use triggers::{Triggers, follow_pods, follow_slurm_nodes, follow_volumes, forward_job_events};
+use triggers::{follow_pods, follow_slurm_nodes, follow_volumes, forward_job_events};
 #[cfg(test)]
 mod tests;
 
@@ -153,7 +153,7 @@ pub async fn run_with<S: Slurm>(
             metrics.clone(),
         )
     });
-    let triggers = Arc::new(Triggers::default());
+    let triggers = ctx.triggers.clone();
 
     // Subscriptions to the caches, kept from start to shutdown, on a standby too.
     let mut followers = JoinSet::new();

@@ -18,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Hand-outs between two prunes of `State::served` (records of pods gone from the cache).
 const PRUNE_EVERY: u64 = 4096;
@@ -72,8 +72,11 @@ impl Ord for Queued {
 #[derive(Default)]
 struct State {
     heap: BinaryHeap<Queued>,
-    /// Pods handed to the controller whose pass has not ended yet.
+    /// Pods handed to the controller whose pass has not ended yet, nor entered its binding
+    /// stage ([`PodQueue::binding_stage`]).
     outstanding: HashSet<ObjectRef<Pod>>,
+    /// Pods handed out whose pass is in its binding stage: no longer counted as a worker.
+    released: HashSet<ObjectRef<Pod>>,
     seq: u64,
     /// Hand-outs so far; `served` holds each cached pod's number at its last one.
     handed: u64,
@@ -85,6 +88,8 @@ pub(super) struct PodQueue {
     state: Mutex<State>,
     wake: Notify,
     workers: usize,
+    /// Passes in their binding stage at once: as many as the workers.
+    binding: Arc<Semaphore>,
     pods: Store<Pod>,
     to_controller: mpsc::UnboundedSender<ObjectRef<Pod>>,
 }
@@ -100,6 +105,7 @@ impl PodQueue {
             state: Mutex::default(),
             wake: Notify::new(),
             workers: workers.max(1),
+            binding: Arc::new(Semaphore::new(workers.max(1))),
             pods,
             to_controller,
         })
@@ -130,11 +136,33 @@ impl PodQueue {
         self.wake.notify_one();
     }
 
-    /// A pass for `pod` ended: a worker is free.
+    /// A pass for `pod` ended: a worker is free (unless it was freed when the pass entered its
+    /// binding stage).
     pub(super) fn done(&self, pod: &ObjectRef<Pod>) {
-        if self.state.locked().outstanding.remove(pod) {
+        let mut st = self.state.locked();
+        if st.released.remove(pod) {
+            return;
+        }
+        if st.outstanding.remove(pod) {
+            drop(st);
             self.wake.notify_one();
         }
+    }
+
+    /// The pass of `pod` has decided and only writes from now on (its Bindings: the binding
+    /// cycle of kube-scheduler): it stops counting against the workers, so the next pod's pass
+    /// starts while the API server answers. At most `workers` passes are in that stage at once;
+    /// the permit is held until the pass's writes are done (dropped with it).
+    pub(super) async fn binding_stage(&self, pod: &ObjectRef<Pod>) -> Option<OwnedSemaphorePermit> {
+        // The semaphore is never closed.
+        let permit = self.binding.clone().acquire_owned().await.ok();
+        let mut st = self.state.locked();
+        if st.outstanding.remove(pod) {
+            st.released.insert(pod.clone());
+            drop(st);
+            self.wake.notify_one();
+        }
+        permit
     }
 
     /// Hands queued pods to the controller, best first, while it has free workers; runs until
@@ -275,6 +303,54 @@ mod tests {
         // Then the re-passes, least recently served first (old-01 was served before old-02...).
         let third = rx.next().await.unwrap();
         assert_eq!(third.name, "old-01");
+    }
+
+    /// A pass in its binding stage frees its worker: the next pod is handed out while it
+    /// writes; its end frees nothing more, and the stage itself is bounded by the workers.
+    #[tokio::test]
+    async fn a_pass_binding_frees_its_worker_once() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let pods: Vec<Pod> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| pod(n, None, &format!("2026-01-01T00:00:0{i}Z")))
+            .collect();
+        for p in &pods {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p.clone()));
+        }
+        let (tx, mut rx) = mpsc::unbounded();
+        let queue = PodQueue::new(store, 1, tx);
+        for p in &pods {
+            queue.push(ObjectRef::from_obj(p));
+        }
+        tokio::spawn(queue.clone().feed());
+        async fn quiet(rx: &mut mpsc::UnboundedReceiver<ObjectRef<Pod>>) -> bool {
+            tokio::time::timeout(std::time::Duration::from_millis(100), rx.next())
+                .await
+                .is_err()
+        }
+        let a = rx.next().await.unwrap();
+        assert_eq!(a.name, "a");
+        assert!(
+            quiet(&mut rx).await,
+            "b handed out with the one worker busy"
+        );
+        let stage_a = queue.binding_stage(&a).await;
+        assert!(stage_a.is_some());
+        let b = rx.next().await.unwrap();
+        assert_eq!(b.name, "b", "the worker went on while a binds");
+        queue.done(&a);
+        assert!(quiet(&mut rx).await, "a's end freed b's worker too");
+        // b may not enter the binding stage while a still holds its one permit.
+        let stage_b = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            queue.binding_stage(&b),
+        )
+        .await;
+        assert!(stage_b.is_err(), "more passes binding than workers");
+        drop(stage_a);
+        let _stage_b = queue.binding_stage(&b).await;
+        assert_eq!(rx.next().await.unwrap().name, "c");
     }
 
     /// The service records of pods gone from the cache do not pile up over a long term.

@@ -41,6 +41,16 @@ impl Triggers {
     pub(super) fn close(&self) {
         *self.0.locked() = None;
     }
+
+    /// The pass of `pod` enters its binding stage ([`PodQueue::binding_stage`]); the permit is
+    /// held while its Bindings are sent. Nothing to wait for while no term runs (unit tests).
+    pub(super) async fn binding_stage(
+        &self,
+        pod: &Pod,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let queue = self.0.locked().clone()?;
+        queue.binding_stage(&ObjectRef::from_obj(pod)).await
+    }
 }
 
 /// Pod changes: per-pod state is kept in step, and a pod is reconciled (while leading) when what

@@ -49,6 +49,12 @@ pub(super) async fn bind_allocation<S: Slurm>(
         .filter(|p| !is_bound(p) && !gate.waiting.contains(&pod_key(p)))
         .filter_map(|p| plan.get(&pod_key(p)).map(|n| (*p, n)))
         .collect();
+    // Decided: from here on the pass only writes, and its worker goes on to the next pod.
+    let _stage = if to_bind.is_empty() {
+        None
+    } else {
+        ctx.triggers.binding_stage(pod).await
+    };
     let results = futures::future::join_all(
         to_bind
             .iter()

@@ -119,7 +119,8 @@ pub(super) fn job_desc<S: Slurm>(
 
 /// Submits the group's external job: the description restricted to the feasible nodes (or the
 /// reason there are too few), unless Slurm rejected the same for good; then records the job in
-/// the watcher before labelling the pods, so a pass right after finds it.
+/// the watcher, so a pass right after finds it, and starts the pods' label patches
+/// ([`crate::k8s::PodWriter::label_in_background`]).
 pub(super) async fn submit<S: Slurm>(
     ctx: &Ctx<S>,
     pod: &Pod,
@@ -157,9 +158,18 @@ pub(super) async fn submit<S: Slurm>(
     });
     tracing::info!(job_id, pods = tr.ir.pods.len(), "submitted external job");
     // No Event for the submit: the label names the job, and the pod's next Event does too
-    // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits).
-    label_all(ctx, tr, job_id).await?;
-    tracing::debug!(job_id, "labelled");
+    // (`Scheduled`, or `SlurmJobPending` with Slurm's reason while it waits). The labels go out
+    // from tasks of their own: the pass ends with the submit, and the worker goes on to the next
+    // pod at Slurm's pace. Crash-safe as before: the job's admin_comment names its pods already,
+    // and every later pass (the bind's first) waits for the label or sends it.
+    for p in &tr.ir.pods {
+        let stale = p
+            .labels()
+            .get(LABEL_SLURM_JOBID)
+            .is_some_and(|l| *l != job_id.to_string());
+        ctx.writer
+            .label_in_background(&ctx.metrics.kube_writes, p, job_id, stale);
+    }
     // The watcher reports the allocation; look again anyway after a while.
     Ok(Action::requeue(Duration::from_secs(60)))
 }

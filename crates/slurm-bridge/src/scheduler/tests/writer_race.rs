@@ -59,3 +59,60 @@ async fn a_pass_reading_the_label_version_does_not_bind_again() {
         .count();
     assert_eq!(binds, 1, "still one Binding");
 }
+
+/// The label's race (two label patches seen once in the 3-writes e2e test under load): a pass
+/// takes its copy of the pod (10), another labels it (11) and the cache applies 11, then the
+/// binding's version; the first pass, still holding 10, must not label again. Before, the
+/// writer dropped its memo as soon as the cache applied a version newer than the patch.
+#[tokio::test]
+async fn a_pass_holding_a_copy_older_than_the_label_does_not_label_again() {
+    let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let read = h.pod("a");
+    h.ctx
+        .writer
+        .label(writes, &read, 7, false)
+        .await
+        .expect("label");
+    h.ctx.pod_event(&watcher::Event::Apply(h.pod("a")));
+    assert!(h.ctx.writer.bind(writes, &read, "n1").await.expect("bind"));
+    h.ctx.pod_event(&watcher::Event::Apply(h.pod("a")));
+    h.ctx
+        .writer
+        .label(writes, &read, 7, false)
+        .await
+        .expect("label");
+    let labels: Vec<String> = h
+        .kube
+        .writes()
+        .into_iter()
+        .filter(|w| w.starts_with("label "))
+        .collect();
+    assert_eq!(labels, ["label ns/a 7"], "one label patch");
+}
+
+/// The submit's label patch goes out in the background; a pass that labels the pod meanwhile
+/// (the bind's) waits for it instead of sending a second one.
+#[tokio::test]
+async fn a_label_in_flight_is_waited_for_not_sent_twice() {
+    let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let read = h.pod("a");
+    h.ctx.writer.label_in_background(writes, &read, 7, false);
+    h.ctx
+        .writer
+        .label(writes, &read, 7, false)
+        .await
+        .expect("label");
+    let labels = |h: &Harness| {
+        h.kube
+            .writes()
+            .into_iter()
+            .filter(|w| w.starts_with("label "))
+            .count()
+    };
+    assert_eq!(labels(&h), 1, "the label landed before label() returned");
+    h.ctx.writer.background_done().await;
+    assert_eq!(labels(&h), 1, "one label patch");
+    assert_eq!(writes.of(crate::k8s::writes::write_kind::LABEL), 1);
+}
