@@ -12,7 +12,7 @@
 mod e2e;
 
 use e2e::admission::{Certs, WebhookOptions, register, served_leaf, start_with, tls_connect};
-use e2e::{Env, SCHEDULER, create_retrying, temp_dir};
+use e2e::{Env, SCHEDULER, create_retrying, percentile, temp_dir};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -315,11 +315,6 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
 
     drop(hook);
     env.assert_invariants().await;
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -16,7 +16,7 @@
 
 mod e2e;
 
-use e2e::{Env, NS, SCHEDULER, job_id_of, pod};
+use e2e::{Env, NS, SCHEDULER, job_id_of, sleeper};
 use k8s_openapi::api::core::v1::{Binding, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -28,7 +28,7 @@ use slurm_bridge::wellknown::{
 use slurm_bridge::workload::admin_comment::AdminComment;
 use slurm_rest::models::{JobDescMsg, JobState};
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -58,30 +58,15 @@ fn original_job(pod: &str, node: &str) -> JobDescMsg {
 /// A pod for the bridge scheduler running `sleep seconds`, with the toleration the original's
 /// PreEnqueue adds (reference §1.5).
 fn original_pod(name: &str, seconds: u32) -> Value {
-    pod(
-        name,
-        json!({}),
-        json!({
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": "busybox",
-                            "command": ["sleep", seconds.to_string()],
-                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
-            "tolerations": [{"key": TAINT_MANAGED_NODE, "operator": "Equal", "value": SCHEDULER,
-                             "effect": TAINT_EFFECT}],
-        }),
-    )
+    let mut p = sleeper(name, &seconds.to_string(), 1);
+    p["spec"]["tolerations"] = json!([{"key": TAINT_MANAGED_NODE, "operator": "Equal",
+                                       "value": SCHEDULER, "effect": TAINT_EFFECT}]);
+    p
 }
 
-async fn wait_until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+/// Polls `probe` until it returns `Some` (see [`e2e::wait_some`]), for up to [`WAIT`].
+async fn wait_until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    e2e::wait_some(what, WAIT, probe).await
 }
 
 fn phase(p: &Pod) -> Option<&str> {

@@ -4,7 +4,7 @@
 mod e2e;
 
 use e2e::controllers::{Controllers, disruption};
-use e2e::{Env, job_id_of, pod};
+use e2e::{Env, job_id_of, pod, sleeper};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
@@ -20,20 +20,6 @@ fn phase(p: &Pod) -> Option<&str> {
 
 fn has_finalizer(p: &Pod) -> bool {
     p.finalizers().iter().any(|f| f == FINALIZER)
-}
-
-/// A pod whose one container runs `sleep <secs>` and is killed `grace` seconds after deletion.
-fn sleeper(name: &str, secs: &str, grace: i64) -> serde_json::Value {
-    pod(
-        name,
-        json!({}),
-        json!({
-            "terminationGracePeriodSeconds": grace,
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", secs],
-                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
-        }),
-    )
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 mod e2e;
 
 use e2e::controllers::Controllers;
-use e2e::{Env, NS, job_id_of, pod};
+use e2e::{Env, NS, job_field, job_id_of, pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -62,15 +62,6 @@ fn with_class(name: &str, class: &str, annotations: serde_json::Value) -> serde_
         annotations,
         json!({"priorityClassName": class, "terminationGracePeriodSeconds": 1}),
     )
-}
-
-/// A field of `scontrol show job ID`.
-fn job_field(env: &Env, id: u32, key: &str) -> String {
-    env.scontrol_job(id)
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_default()
-        .to_string()
 }
 
 #[tokio::test]

@@ -7,8 +7,8 @@
 mod e2e;
 
 use e2e::controllers::Controllers;
-use e2e::{Env, NS, job_id_of, pod};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use e2e::{Env, NS, job_id_of, node_of, pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -74,13 +74,6 @@ fn pod_with_claim(name: &str, claim: &str, labels: Value) -> Value {
     );
     p["metadata"]["labels"] = labels;
     p
-}
-
-fn node_of(p: &Pod) -> String {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
 }
 
 /// The node a PV's affinity names.

@@ -1,6 +1,6 @@
 //! The controllers in-process next to [`super::Env`]'s scheduler, and the lifecycle invariants.
 
-use super::{Env, NS};
+use super::{Env, NS, is_terminal};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -85,13 +85,6 @@ pub fn disruption(p: &Pod) -> Option<(String, String)> {
                 c.message.clone().unwrap_or_default(),
             )
         })
-}
-
-fn is_terminal(p: &Pod) -> bool {
-    matches!(
-        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 impl Env {

@@ -131,3 +131,15 @@ impl Env {
         }
     }
 }
+
+/// A field of `scontrol show job ID` (`JobState`, `Reason`, `NodeList`, `Restarts`...); empty
+/// when the job shows no such field.
+pub fn job_field(env: &Env, id: impl std::fmt::Display, key: &str) -> String {
+    env.slurm
+        .run(&["scontrol", "show", "job", &id.to_string()])
+        .expect("scontrol show job")
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_default()
+        .to_string()
+}

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod clients;
 pub mod controllers;
+mod figures;
 mod gated;
 pub mod helm;
 mod invariants;
@@ -16,15 +17,20 @@ mod waits;
 
 // What each test binary uses of these differs; every name stays reachable at `e2e::`.
 #[allow(unused_imports)]
+pub use figures::percentile;
+#[allow(unused_imports)]
 pub use gated::{Gated, SlurmWrites};
 #[allow(unused_imports)]
+pub use invariants::job_field;
+#[allow(unused_imports)]
 pub use objects::{
-    allocated, claim_name, describe, job_id_of, node_name_is_set, pod, scheduled_condition,
+    allocated, claim_name, describe, is_terminal, job_id_of, node_name_is_set, node_of, pod,
+    scheduled_condition, sleeper,
 };
 #[allow(unused_imports)]
-pub use process::{free_port, spawn_run, temp_dir, terminate};
+pub use process::{free_port, spawn_run, temp_dir, terminate, write_config};
 #[allow(unused_imports)]
-pub use waits::{create_retrying, wait_phase, wait_until};
+pub use waits::{create_retrying, wait_phase, wait_some, wait_until};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;

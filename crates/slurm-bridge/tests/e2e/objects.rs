@@ -59,6 +59,37 @@ pub fn pod(name: &str, annotations: Value, spec_extra: Value) -> Value {
     })
 }
 
+/// The node a pod is bound to; empty while it is not.
+pub fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// True once the pod has Succeeded or Failed.
+pub fn is_terminal(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// A bridge pod whose one container runs `sleep <secs>` and is killed `grace` seconds after
+/// deletion.
+pub fn sleeper(name: &str, secs: &str, grace: i64) -> Value {
+    pod(
+        name,
+        json!({}),
+        json!({
+            "terminationGracePeriodSeconds": grace,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", secs],
+                            "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}],
+        }),
+    )
+}
+
 pub fn job_id_of(p: &Pod) -> u32 {
     p.labels()
         .get(LABEL_SLURM_JOBID)

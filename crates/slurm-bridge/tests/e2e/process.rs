@@ -33,15 +33,7 @@ pub fn spawn_run<A: AsRef<std::ffi::OsStr>>(
     config_extra: &str,
     args: impl IntoIterator<Item = A>,
 ) -> (std::process::Child, std::path::PathBuf) {
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "schedulerName: {SCHEDULER}\nslurmRestApi: {}\npartition: slurm-bridge\n{config_extra}",
-            env.slurm.rest_url()
-        ),
-    )
-    .unwrap();
+    let config = write_config(env, dir, config_extra);
     let log = std::fs::File::create(dir.join("run.log")).unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
         .args(["run", "--config"])
@@ -62,6 +54,21 @@ pub fn spawn_run<A: AsRef<std::ffi::OsStr>>(
         .spawn()
         .expect("start slurm-bridge run");
     (child, config)
+}
+
+/// Writes `dir/config.yaml` as an admin would for `env`: the scheduler name, the Slurm URL, the
+/// partition, then the `extra` lines. Returns its path.
+pub fn write_config(env: &Env, dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "schedulerName: {SCHEDULER}\nslurmRestApi: {}\npartition: slurm-bridge\n{extra}",
+            env.slurm.rest_url()
+        ),
+    )
+    .unwrap();
+    config
 }
 
 /// A fresh folder for one test's files: `prefix`, the process id and the time.

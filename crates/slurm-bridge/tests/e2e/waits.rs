@@ -113,12 +113,25 @@ pub async fn create_retrying(api: &Api<Pod>, pod: &Pod, timeout: Duration) -> Po
     }
 }
 
-/// Polls `check` every 200 ms until it holds; panics naming `what` after `timeout`.
+/// Polls `check` until it holds; panics naming `what` after `timeout`.
 pub async fn wait_until(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    wait_some(what, timeout, async || check().await.then_some(())).await
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, and returns what it found; panics naming
+/// `what` after `timeout`.
+pub async fn wait_some<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
-    while !check().await {
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
         assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
