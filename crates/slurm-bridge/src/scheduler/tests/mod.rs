@@ -160,10 +160,13 @@ pub async fn check_rows(rows: &[Row]) {
         if let Err(e) = row.check().await {
             failures.push(format!("{}:\n    {e}", row.name));
         }
+        // Not a speed check: a row that ran into a real timeout (a 5 s client deadline, a 30 s
+        // requeue) instead of the decision it names is broken. The bound is far above a row's
+        // own time (milliseconds) so a loaded machine does not trip it.
         let took = started.elapsed();
         assert!(
-            took < Duration::from_millis(500),
-            "row {} took {took:?}",
+            took < Duration::from_secs(5),
+            "row {} took {took:?}: it waited on a real timer",
             row.name
         );
     }
