@@ -281,10 +281,16 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
                     && j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) as usize >= w.pods
             }),
         };
-        if !ok {
+        // A delete whose answer was lost may have gone through: then nothing of it is left.
+        // Its pods: the pod itself, a gang's `name-i`, a Job's `name-xxxxx`.
+        let of_it = |n: &str| n == w.name || n.starts_with(&format!("{}-", w.name));
+        let gone = w.maybe_deleted
+            && !by_name.keys().any(|n| of_it(n))
+            && !jobs.items.iter().any(|j| j.name_any() == w.name);
+        if !ok && !gone {
             let state: Vec<String> = by_name
                 .iter()
-                .filter(|(n, _)| n.starts_with(&w.name))
+                .filter(|(n, _)| of_it(n))
                 .map(|(_, p)| e2e::describe(p) + " phase=" + phase(p))
                 .collect();
             out.push(format!("unfinished {:?} {}: {state:?}", w.kind, w.name));

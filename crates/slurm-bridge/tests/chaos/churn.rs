@@ -27,6 +27,8 @@ pub struct Workload {
     pub kind: Kind,
     pub pods: usize,
     pub deleted: bool,
+    /// A delete was sent but its answer was lost (a fault, a timeout): it may have happened.
+    pub maybe_deleted: bool,
 }
 
 /// What the churn did so far.
@@ -140,6 +142,7 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
                         kind,
                         pods: size,
                         deleted: false,
+                        maybe_deleted: false,
                     });
                 }
                 Err(e) => {
@@ -162,6 +165,7 @@ pub async fn run(kube: Client, target: usize, over: Duration, seed: u64, state: 
                 }
                 Err(e) => {
                     s.api_errors += 1;
+                    s.workloads[i].maybe_deleted = true;
                     tracing::info!(workload = %w.name, error = %e, "chaos: delete failed");
                 }
             }
