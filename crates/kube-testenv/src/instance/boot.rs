@@ -178,9 +178,7 @@ impl Instance {
             "--node-monitor-period=1s".into(),
             format!(
                 "--node-monitor-grace-period={}s",
-                opts.node_monitor_grace_period
-                    .unwrap_or(Duration::from_secs(50))
-                    .as_secs()
+                node_monitor_grace_period(opts).as_secs()
             ),
             "--kube-api-qps=100".into(),
             "--kube-api-burst=200".into(),
@@ -249,10 +247,22 @@ impl Instance {
             })
             .await?;
 
-        let agent = agent::start(client.clone(), opts.nodes.clone(), AgentOptions::default())
+        let agent_opts = AgentOptions {
+            node_monitor_grace_period: node_monitor_grace_period(opts),
+            ..AgentOptions::default()
+        };
+        let agent = agent::start(client.clone(), opts.nodes.clone(), agent_opts)
             .await
             .map_err(|e| Error::Agent(e.to_string()))?;
         wait_nodes_schedulable(&client, &opts.nodes).await?;
         Ok((client, agent))
     }
+}
+
+/// The controller manager's `--node-monitor-grace-period`: the one asked for, else 50 s
+/// (Kubernetes' default) or, with thousands of nodes, four of the agent's stretched Lease
+/// periods ([`agent::grace_period_for`]).
+fn node_monitor_grace_period(opts: &InstanceOptions) -> Duration {
+    opts.node_monitor_grace_period
+        .unwrap_or_else(|| agent::grace_period_for(opts.nodes.len(), &AgentOptions::default()))
 }
