@@ -235,10 +235,10 @@ const LIFECYCLE_TAINTS: [&str; 2] = [
 ];
 
 /// How long registering `nodes` nodes and having them all Ready may take: the components'
-/// 90 s, plus 40 ms a node (5,000 nodes: 290 s), as the API server and the controller manager
-/// (which lifts the `not-ready` taints) take each node in turn.
+/// 90 s, plus 60 ms a node (5,000 nodes: 390 s), as the API server and the controller manager
+/// (which lifts the `not-ready` taints, 8 nodes at a time) take each node in turn.
 pub(crate) fn nodes_ready_timeout(nodes: usize) -> Duration {
-    READY_TIMEOUT + Duration::from_millis(40) * u32::try_from(nodes).unwrap_or(u32::MAX)
+    READY_TIMEOUT + Duration::from_millis(60) * u32::try_from(nodes).unwrap_or(u32::MAX)
 }
 
 /// True when the node is Ready and free of the node lifecycle controller's taints.

@@ -42,7 +42,7 @@ fn budget_period(nodes: usize, per_second: f64) -> Duration {
 
 /// kube-controller-manager's `--node-monitor-grace-period` for an instance of `nodes` nodes:
 /// Kubernetes' default (50 s), or four periods of the agent's stretched Lease renewal when that
-/// is longer (5,000 nodes at the default budget: 200 s).
+/// is longer (5,000 nodes at the default budget: 400 s).
 pub fn grace_period_for(nodes: usize, opts: &AgentOptions) -> Duration {
     let default = Duration::from_secs(50);
     let budget = budget_period(nodes, opts.lease_writes_per_second)
@@ -125,9 +125,9 @@ mod tests {
         // that many nodes gets.
         let table = [
             (1, 10.0, 60.0),
-            (1_000, 10.0, 60.0),
-            (2_000, 20.0, 100.0),
-            (5_000, 50.0, 250.0),
+            (500, 10.0, 60.0),
+            (1_000, 20.0, 100.0),
+            (5_000, 100.0, 500.0),
         ];
         for (n, lease, status) in table {
             let d = AgentOptions::default();
@@ -147,6 +147,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(lease_period(5_000, &o), secs(25.0));
+        assert_eq!(lease_period(1_000, &o), secs(20.0));
         // Never below kubelet's interval, even under a short grace period (tests use 16 s).
         let short = AgentOptions {
             node_monitor_grace_period: secs(16.0),
@@ -161,8 +162,12 @@ mod tests {
     #[test]
     fn grace_period_is_the_default_or_four_stretched_periods() {
         let o = AgentOptions::default();
-        for (n, grace) in [(0, 50), (1_000, 50), (1_250, 50), (2_000, 80), (5_000, 200)] {
-            assert_eq!(grace_period_for(n, &o), Duration::from_secs(grace), "{n} nodes");
+        for (n, grace) in [(0, 50), (500, 50), (625, 50), (1_000, 80), (5_000, 400)] {
+            assert_eq!(
+                grace_period_for(n, &o),
+                Duration::from_secs(grace),
+                "{n} nodes"
+            );
             let o = AgentOptions {
                 node_monitor_grace_period: grace_period_for(n, &o),
                 ..o.clone()
@@ -192,7 +197,10 @@ mod tests {
         assert_eq!(counts.len(), n);
         assert!(counts.values().all(|&c| c == 2), "every node twice");
         // 1,000 nodes over 100 ticks: 10 a tick, never a burst.
-        assert!(per_tick.iter().all(|&k| (9..=11).contains(&k)), "{per_tick:?}");
+        assert!(
+            per_tick.iter().all(|&k| (9..=11).contains(&k)),
+            "{per_tick:?}"
+        );
     }
 
     #[test]
@@ -223,6 +231,9 @@ mod tests {
         let mut p = Pacer::default();
         assert!(p.due(0, TICK, secs(10.0), |_, _| true).is_empty());
         p.push("a".into(), 0);
-        assert_eq!(p.due(1, TICK, Duration::ZERO, |_, _| true), Vec::<String>::new());
+        assert_eq!(
+            p.due(1, TICK, Duration::ZERO, |_, _| true),
+            Vec::<String>::new()
+        );
     }
 }

@@ -149,12 +149,9 @@ impl Heartbeat {
         let n = self.served.len();
         let served = &self.served;
         let live = |name: &str, g: u64| served.get(name).is_some_and(|s| s.generation == g);
-        let leases = self.leases.due(
-            n,
-            cadence::TICK,
-            cadence::lease_period(n, &self.opts),
-            live,
-        );
+        let leases = self
+            .leases
+            .due(n, cadence::TICK, cadence::lease_period(n, &self.opts), live);
         let statuses = self.statuses.due(
             n,
             cadence::TICK,

@@ -82,7 +82,7 @@ pub const ANNOTATION_DURATION: &str = "kube-testenv/duration";
 /// Annotation giving a pod's exit code when it ends on its own.
 pub const ANNOTATION_EXIT_CODE: &str = "kube-testenv/exit-code";
 
-/// Timing and concurrency of the agent; the defaults are a kubelet's, up to 1,000 nodes.
+/// Timing and concurrency of the agent; the defaults are a kubelet's, up to 500 nodes.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
     /// How often each node's Lease is renewed at most (kubelet: 10 s).
@@ -92,10 +92,10 @@ pub struct AgentOptions {
     /// How often the node conditions' `lastHeartbeatTime` is refreshed at most (default 60 s).
     pub status_update_interval: Duration,
     /// Lease renewals per second of all nodes together, above which the renewal period is
-    /// stretched (default 100: kubelet's 10 s up to 1,000 nodes, 50 s at 5,000).
+    /// stretched (default 50: kubelet's 10 s up to 500 nodes, 100 s at 5,000).
     pub lease_writes_per_second: f64,
     /// Status refreshes per second of all nodes together, above which their period is
-    /// stretched (default 20: 60 s up to 1,200 nodes, 250 s at 5,000).
+    /// stretched (default 10: 60 s up to 600 nodes, 500 s at 5,000).
     pub status_writes_per_second: f64,
     /// The controller manager's `--node-monitor-grace-period` (default 50 s): a stretched
     /// Lease period stays within a quarter of it, so the nodes stay Ready.
@@ -110,8 +110,8 @@ impl Default for AgentOptions {
             lease_renew_interval: Duration::from_secs(10),
             lease_duration_seconds: 40,
             status_update_interval: Duration::from_secs(60),
-            lease_writes_per_second: 100.0,
-            status_writes_per_second: 20.0,
+            lease_writes_per_second: 50.0,
+            status_writes_per_second: 10.0,
             node_monitor_grace_period: Duration::from_secs(50),
             max_in_flight: 64,
         }

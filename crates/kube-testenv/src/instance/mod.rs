@@ -56,7 +56,7 @@ pub struct InstanceOptions {
     pub controllers: Option<String>,
     /// kube-controller-manager's `--node-monitor-grace-period`: how long a node may miss
     /// heartbeats before it is marked NotReady. When `None`, Kubernetes' default, 50 s, up to
-    /// 1,250 nodes; with more, four of the agent's stretched Lease periods (5,000 nodes: 200 s;
+    /// 625 nodes; with more, four of the agent's stretched Lease periods (1,000 nodes: 80 s, 5,000: 400 s;
     /// see docs/kube-testenv.md, Heartbeats). The agent renews leases every 10 s at least, so
     /// keep it above 15 s.
     pub node_monitor_grace_period: Option<Duration>,
