@@ -1,5 +1,6 @@
 //! Node heartbeats and membership: renews each served node's Lease, refreshes its conditions'
-//! `lastHeartbeatTime`, and watches Nodes so that a node deleted by someone is dropped (not
+//! `lastHeartbeatTime` (both paced by `cadence`: each node once a period, the period's writes
+//! spread evenly over it), and watches Nodes so that a node deleted by someone is dropped (not
 //! recreated): no more heartbeats, and the kubelet stops serving its pods.
 //!
 //! This task owns the set of served nodes; the kubelet learns of changes only from it, so
@@ -7,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,9 +17,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 
 use super::AgentOptions;
+use super::cadence::{self, Pacer};
 use super::kubelet::KubeletCmd;
 use super::nodes::{LEASE_NAMESPACE, build_lease, heartbeat_patch, lease_renew_patch};
 use super::util;
@@ -40,11 +41,15 @@ pub struct Registered {
     pub name: String,
     pub uid: String,
     pub index: usize,
+    /// The registration created the Node: its first Lease write is a create.
+    pub created: bool,
 }
 
 #[derive(Debug)]
 struct Served {
     uid: String,
+    /// Which service of the node this is (its entries in the pacers name it).
+    generation: u64,
     /// The node watch's list epoch when the node was added: a re-list that began before
     /// cannot tell whether the node exists.
     added_epoch: u64,
@@ -80,6 +85,9 @@ pub struct Heartbeat {
     relist: Option<HashMap<String, String>>,
     writes: JoinSet<Done>,
     sem: Arc<Semaphore>,
+    leases: Pacer,
+    statuses: Pacer,
+    next_generation: u64,
 }
 
 impl Heartbeat {
@@ -101,6 +109,9 @@ impl Heartbeat {
             epoch: 0,
             relist: None,
             writes: JoinSet::new(),
+            leases: Pacer::default(),
+            statuses: Pacer::default(),
+            next_generation: 0,
         }
     }
 
@@ -109,18 +120,8 @@ impl Heartbeat {
         let mut events = std::pin::pin!(
             watcher(self.nodes_api.clone(), watcher::Config::default()).default_backoff()
         );
-        let lease_every = self
-            .opts
-            .lease_renew_interval
-            .max(Duration::from_millis(10));
-        let status_every = self
-            .opts
-            .status_update_interval
-            .max(Duration::from_millis(10));
-        let mut lease_tick = tokio::time::interval_at(Instant::now() + lease_every, lease_every);
-        lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut status_tick = tokio::time::interval_at(Instant::now() + status_every, status_every);
-        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tick = tokio::time::interval(cadence::TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -138,24 +139,39 @@ impl Heartbeat {
                     Some(Err(e)) => tracing::warn!(error = %e, "kube-testenv agent: node watch error"),
                     None => return,
                 },
-                _ = lease_tick.tick() => {
-                    let names: Vec<String> = self.served.keys().cloned().collect();
-                    for name in names {
-                        self.renew_lease(&name);
-                    }
-                }
-                _ = status_tick.tick() => {
-                    let names: Vec<String> = self.served.keys().cloned().collect();
-                    for name in names {
-                        self.refresh_status(&name);
-                    }
-                }
+                _ = tick.tick() => self.on_tick(),
             }
         }
     }
 
+    /// Hand out the Lease renewals and status refreshes due in this tick.
+    fn on_tick(&mut self) {
+        let n = self.served.len();
+        let served = &self.served;
+        let live = |name: &str, g: u64| served.get(name).is_some_and(|s| s.generation == g);
+        let leases = self
+            .leases
+            .due(n, cadence::TICK, cadence::lease_period(n, &self.opts), live);
+        let statuses = self.statuses.due(
+            n,
+            cadence::TICK,
+            cadence::status_period(n, &self.opts),
+            live,
+        );
+        for name in leases {
+            self.renew_lease(&name, false);
+        }
+        for name in statuses {
+            self.refresh_status(&name);
+        }
+    }
     fn on_registered(&mut self, reg: Registered) {
-        let Registered { name, uid, index } = reg;
+        let Registered {
+            name,
+            uid,
+            index,
+            created,
+        } = reg;
         match self.served.get_mut(&name) {
             Some(s) => {
                 // Registered again (perhaps recreated before its deletion was seen).
@@ -166,10 +182,15 @@ impl Heartbeat {
                 s.added_epoch = self.epoch;
             }
             None => {
+                self.next_generation += 1;
+                let generation = self.next_generation;
+                self.leases.push(name.clone(), generation);
+                self.statuses.push(name.clone(), generation);
                 self.served.insert(
                     name.clone(),
                     Served {
                         uid,
+                        generation,
                         added_epoch: self.epoch,
                         conditions: None,
                         lease_busy: false,
@@ -182,7 +203,7 @@ impl Heartbeat {
                 });
             }
         }
-        self.renew_lease(&name);
+        self.renew_lease(&name, created);
     }
 
     fn on_event(&mut self, ev: watcher::Event<Node>) {
@@ -248,8 +269,9 @@ impl Heartbeat {
         }
     }
 
-    /// Renew the node's Lease, creating it when missing.
-    fn renew_lease(&mut self, name: &str) {
+    /// Renew the node's Lease, creating it when missing; with `create_first` (a node just
+    /// created) try the create first, which saves a 404 per new node.
+    fn renew_lease(&mut self, name: &str, create_first: bool) {
         let Some(s) = self.served.get_mut(name) else {
             return;
         };
@@ -271,15 +293,24 @@ impl Heartbeat {
                 let name = name.clone();
                 async move { api.patch(&name, &pp, &Patch::Merge(&patch)).await }
             };
-            let result = match renew().await {
-                Err(e) if util::is_not_found(&e) => {
-                    let lease = build_lease(&name, &uid, duration);
-                    match api.create(&util::post_params(), &lease).await {
+            let create = || {
+                let lease = build_lease(&name, &uid, duration);
+                let api = api.clone();
+                async move { api.create(&util::post_params(), &lease).await }
+            };
+            let result = if create_first {
+                match create().await {
+                    Err(e) if util::is_already_exists(&e) => renew().await.map(drop),
+                    r => r.map(drop),
+                }
+            } else {
+                match renew().await {
+                    Err(e) if util::is_not_found(&e) => match create().await {
                         Err(e) if util::is_already_exists(&e) => renew().await.map(drop),
                         r => r.map(drop),
-                    }
+                    },
+                    r => r.map(drop),
                 }
-                r => r.map(drop),
             };
             Done {
                 name,

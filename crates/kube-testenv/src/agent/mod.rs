@@ -26,7 +26,11 @@
 //! Every [`AgentOptions::lease_renew_interval`] each node's Lease in `kube-node-lease`
 //! (holder = node, owned by the Node) is renewed, and every
 //! [`AgentOptions::status_update_interval`] its conditions' `lastHeartbeatTime` is refreshed,
-//! so the controller manager's node lifecycle controller keeps it Ready. A node deleted by
+//! so the controller manager's node lifecycle controller keeps it Ready. With more nodes than
+//! those intervals allow within [`AgentOptions::lease_writes_per_second`] and
+//! [`AgentOptions::status_writes_per_second`], the periods are stretched (the Lease's never
+//! beyond a quarter of [`AgentOptions::node_monitor_grace_period`]); each period's writes are
+//! spread evenly over it (`cadence`). A node deleted by
 //! someone is not recreated (tests delete nodes to simulate a lost kubelet): its heartbeats
 //! stop and its pods are no longer touched. [`AgentHandle::add_nodes`] may register it again.
 //!
@@ -56,6 +60,7 @@
 //!   The grace period is `metadata.deletionGracePeriodSeconds`, else
 //!   `spec.terminationGracePeriodSeconds`, else 30 s.
 
+mod cadence;
 mod heartbeat;
 mod kubelet;
 mod nodes;
@@ -69,6 +74,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
+pub use cadence::grace_period_for;
 pub use nodes::{NodeSpec, parse_nodes_yaml, standard_nodes};
 
 /// Annotation giving a pod's run time (seconds, Go duration, or `infinity`).
@@ -76,15 +82,24 @@ pub const ANNOTATION_DURATION: &str = "kube-testenv/duration";
 /// Annotation giving a pod's exit code when it ends on its own.
 pub const ANNOTATION_EXIT_CODE: &str = "kube-testenv/exit-code";
 
-/// Timing and concurrency of the agent; the defaults are a kubelet's.
+/// Timing and concurrency of the agent; the defaults are a kubelet's, up to 500 nodes.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    /// How often each node's Lease is renewed (kubelet: 10 s).
+    /// How often each node's Lease is renewed at most (kubelet: 10 s).
     pub lease_renew_interval: Duration,
     /// `leaseDurationSeconds` of the node Leases (kubelet: 40).
     pub lease_duration_seconds: i32,
-    /// How often the node conditions' `lastHeartbeatTime` is refreshed (default 60 s).
+    /// How often the node conditions' `lastHeartbeatTime` is refreshed at most (default 60 s).
     pub status_update_interval: Duration,
+    /// Lease renewals per second of all nodes together, above which the renewal period is
+    /// stretched (default 50: kubelet's 10 s up to 500 nodes, 100 s at 5,000).
+    pub lease_writes_per_second: f64,
+    /// Status refreshes per second of all nodes together, above which their period is
+    /// stretched (default 10: 60 s up to 600 nodes, 500 s at 5,000).
+    pub status_writes_per_second: f64,
+    /// The controller manager's `--node-monitor-grace-period` (default 50 s): a stretched
+    /// Lease period stays within a quarter of it, so the nodes stay Ready.
+    pub node_monitor_grace_period: Duration,
     /// How many API writes the kubelet, and the heartbeats, keep in flight.
     pub max_in_flight: usize,
 }
@@ -95,6 +110,9 @@ impl Default for AgentOptions {
             lease_renew_interval: Duration::from_secs(10),
             lease_duration_seconds: 40,
             status_update_interval: Duration::from_secs(60),
+            lease_writes_per_second: 50.0,
+            status_writes_per_second: 10.0,
+            node_monitor_grace_period: Duration::from_secs(50),
             max_in_flight: 64,
         }
     }
@@ -195,12 +213,13 @@ impl AgentHandle {
         let mut first_err = None;
         while let Some(r) = regs.join_next().await {
             match r {
-                Ok((name, index, Ok(uid))) => self
+                Ok((name, index, Ok(reg))) => self
                     .registered
                     .send(heartbeat::Command::Register(heartbeat::Registered {
                         name,
-                        uid,
+                        uid: reg.uid,
                         index,
+                        created: reg.created,
                     }))
                     .map_err(|_| AgentError::Stopped)?,
                 Ok((_, _, Err(e))) => {

@@ -457,41 +457,67 @@ pub fn lease_renew_patch(name: &str, uid: &str, duration_seconds: i32) -> serde_
     })
 }
 
-/// Create or refresh one node as a registering kubelet does and return its UID: create it,
-/// or when it exists update its labels and annotations (its spec is kept); then write its
-/// status through `nodes/status`.
+/// A node the agent registered: its UID, and whether this registration created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// The Node's UID.
+    pub uid: String,
+    /// True when the Node did not exist (so neither does its Lease, most likely).
+    pub created: bool,
+}
+
+/// Create or refresh one node as a registering kubelet does: create it with its status (the
+/// API server keeps a Node's status on create, as kubelet relies on: one write); or when it
+/// exists update its labels and annotations (its spec is kept) and write its status through
+/// `nodes/status`.
 pub async fn register(
     client: &kube::Client,
     spec: &NodeSpec,
     index: usize,
-) -> Result<String, AgentError> {
+) -> Result<Registration, AgentError> {
     let api: Api<Node> = Api::all(client.clone());
     let node = build_node(spec, index);
     let name = spec.name.as_str();
-    let existing = match util::retry!(api.create(&util::post_params(), &node)) {
-        Ok(_) => None,
+    let uid_of = |n: Node| {
+        n.metadata
+            .uid
+            .ok_or_else(|| AgentError::Unexpected(format!("node {name} has no UID")))
+    };
+    let (existing, created) = match util::retry!(api.create(&util::post_params(), &node)) {
+        Ok(created) if has_conditions(&created) => {
+            return Ok(Registration {
+                uid: uid_of(created)?,
+                created: true,
+            });
+        }
+        // An API server that dropped the status on create: written below.
+        Ok(created) => (created, true),
         Err(e) if util::is_already_exists(&e) => {
             let patch = serde_json::json!({
                 "metadata": { "labels": node_labels(spec), "annotations": spec.annotations },
             });
             let n = util::retry!(api.patch(name, &util::patch_params(), &Patch::Merge(&patch)))
                 .map_err(|e| AgentError::Api(format!("updating existing node {name}"), e))?;
-            Some(n)
+            (n, false)
         }
         Err(e) => return Err(AgentError::Api(format!("creating node {name}"), e)),
     };
-    let patch = registration_status_patch(
-        spec,
-        index,
-        existing.as_ref().and_then(|n| n.status.as_ref()),
-    );
+    let patch = registration_status_patch(spec, index, existing.status.as_ref());
     let written =
         util::retry!(api.patch_status(name, &util::patch_params(), &Patch::Strategic(&patch)))
             .map_err(|e| AgentError::Api(format!("writing status of node {name}"), e))?;
-    written
-        .metadata
-        .uid
-        .ok_or_else(|| AgentError::Unexpected(format!("node {name} has no UID")))
+    Ok(Registration {
+        uid: uid_of(written)?,
+        created,
+    })
+}
+
+/// True when the node carries conditions (a status someone wrote).
+fn has_conditions(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| !c.is_empty())
 }
 
 #[cfg(test)]

@@ -124,28 +124,34 @@ impl Instance {
             .await?;
 
         let pkis = |f: &str| p.join(f).display().to_string();
+        let mut apiserver_flags = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={}", ports.apiserver),
+            format!("--tls-cert-file={}", pkis("serving.crt")),
+            format!("--tls-private-key-file={}", pkis("serving.key")),
+            format!("--client-ca-file={}", pkis("ca.crt")),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", pkis("sa.pub")),
+            format!("--service-account-signing-key-file={}", pkis("sa.key")),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--runtime-config={RUNTIME_CONFIG}"),
+            format!("--feature-gates={FEATURE_GATES}"),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            format!("--cert-dir={}", dir.join("pki").display()),
+        ];
+        if is_large(opts) {
+            // New nodes get no not-ready taint that the controller manager would have to lift
+            // one by one (they are created Ready; a node that turns NotReady is still tainted).
+            apiserver_flags.push("--disable-admission-plugins=TaintNodesByCondition".into());
+        }
         launcher.spawn(
             "kube-apiserver",
             &kube_bin.join("kube-apiserver"),
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={}", ports.apiserver),
-                format!("--tls-cert-file={}", pkis("serving.crt")),
-                format!("--tls-private-key-file={}", pkis("serving.key")),
-                format!("--client-ca-file={}", pkis("ca.crt")),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", pkis("sa.pub")),
-                format!("--service-account-signing-key-file={}", pkis("sa.key")),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                "--authorization-mode=Node,RBAC".into(),
-                format!("--runtime-config={RUNTIME_CONFIG}"),
-                format!("--feature-gates={FEATURE_GATES}"),
-                "--allow-privileged=true".into(),
-                "--profiling=false".into(),
-                format!("--cert-dir={}", dir.join("pki").display()),
-            ],
+            &apiserver_flags,
         )?;
         let client = client_for(&kubeconfig).await?;
         let probe = Probe::new(&kubeconfig).await?;
@@ -172,19 +178,25 @@ impl Instance {
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             format!(
                 "--controllers={}",
-                opts.controllers.as_deref().unwrap_or("*")
+                opts.controllers.as_deref().unwrap_or(if is_large(opts) {
+                    // The TTL controller annotates every node, all of them anew each time the
+                    // cluster crosses a size step; the agent reads no ConfigMap or Secret.
+                    "*,-ttl-controller"
+                } else {
+                    "*"
+                })
             ),
             // The node lifecycle controller looks every second (default 5 s), so new nodes lose
             // their not-ready taint quickly.
             "--node-monitor-period=1s".into(),
             format!(
                 "--node-monitor-grace-period={}s",
-                opts.node_monitor_grace_period
-                    .unwrap_or(Duration::from_secs(50))
-                    .as_secs()
+                node_monitor_grace_period(opts).as_secs()
             ),
-            "--kube-api-qps=100".into(),
-            "--kube-api-burst=200".into(),
+            // 100/200, or a tenth of the node count with thousands of nodes: it lifts each new
+            // node's not-ready taint (a GET and a PATCH) and annotates it (the TTL controller).
+            format!("--kube-api-qps={}", kcm_qps(opts.nodes.len())),
+            format!("--kube-api-burst={}", 2 * kcm_qps(opts.nodes.len())),
         ]);
         launcher.spawn(
             "kube-controller-manager",
@@ -250,10 +262,37 @@ impl Instance {
             })
             .await?;
 
-        let agent = agent::start(client.clone(), opts.nodes.clone(), AgentOptions::default())
+        let agent_opts = AgentOptions {
+            node_monitor_grace_period: node_monitor_grace_period(opts),
+            ..AgentOptions::default()
+        };
+        let agent = agent::start(client.clone(), opts.nodes.clone(), agent_opts)
             .await
             .map_err(|e| Error::Agent(e.to_string()))?;
         wait_nodes_schedulable(&client, &opts.nodes).await?;
         Ok((client, agent))
     }
+}
+
+/// The controller manager's `--node-monitor-grace-period`: the one asked for, else 50 s
+/// (Kubernetes' default) or, with thousands of nodes, four of the agent's stretched Lease
+/// periods ([`agent::grace_period_for`]).
+fn node_monitor_grace_period(opts: &InstanceOptions) -> Duration {
+    opts.node_monitor_grace_period
+        .unwrap_or_else(|| agent::grace_period_for(opts.nodes.len(), &AgentOptions::default()))
+}
+
+/// kube-controller-manager's client QPS for an instance of `nodes` nodes.
+fn kcm_qps(nodes: usize) -> usize {
+    (nodes / 10).max(100)
+}
+
+/// More nodes than this at start make a large instance: new nodes get no not-ready taint and
+/// the TTL controller is off (docs/kube-testenv.md, What runs), which saves the API server three
+/// node writes per node.
+pub(crate) const LARGE_INSTANCE_NODES: usize = 1_000;
+
+/// True for an instance started with more than [`LARGE_INSTANCE_NODES`] nodes.
+fn is_large(opts: &InstanceOptions) -> bool {
+    opts.nodes.len() > LARGE_INSTANCE_NODES
 }

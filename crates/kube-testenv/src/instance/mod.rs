@@ -55,8 +55,10 @@ pub struct InstanceOptions {
     /// example `*,-job-controller` for a test that creates a Job's pods itself.
     pub controllers: Option<String>,
     /// kube-controller-manager's `--node-monitor-grace-period`: how long a node may miss
-    /// heartbeats before it is marked NotReady (Kubernetes' default, 50 s, when `None`). The
-    /// agent renews leases every 10 s, so keep it above 15 s.
+    /// heartbeats before it is marked NotReady. When `None`, Kubernetes' default, 50 s, up to
+    /// 625 nodes; with more, four of the agent's stretched Lease periods (1,000 nodes: 80 s, 5,000: 400 s;
+    /// see docs/kube-testenv.md, Heartbeats). The agent renews leases every 10 s at least, so
+    /// keep it above 15 s.
     pub node_monitor_grace_period: Option<Duration>,
 }
 
