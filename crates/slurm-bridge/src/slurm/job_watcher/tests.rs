@@ -79,6 +79,7 @@ fn bridge_comment(group: &str, pod: &str) -> String {
         pods: vec![pod.into()],
         group: Some(group.into()),
         uids: vec![],
+        desc: None,
     }
     .encode()
 }
@@ -288,6 +289,7 @@ async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
         pods: vec!["ns/a".into(), "ns/b".into()],
         group: Some("g".into()),
         uids: vec![],
+        desc: None,
     };
     w.record_update(&read, comment.clone());
     let now = w.index().get(1).unwrap();
