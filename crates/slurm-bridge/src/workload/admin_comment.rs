@@ -170,7 +170,11 @@ mod tests {
         assert_eq!(back.desc_hash(), Some(0xab));
         assert_eq!(back, c);
         let other = AdminComment::decode(r#"{"pods":["ns/a"],"desc":"not hex"}"#).unwrap();
-        assert_eq!(other.desc_hash(), None, "not a hash: the job gets an update");
+        assert_eq!(
+            other.desc_hash(),
+            None,
+            "not a hash: the job gets an update"
+        );
     }
 
     #[test]

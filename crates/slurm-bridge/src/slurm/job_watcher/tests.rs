@@ -312,7 +312,12 @@ async fn the_first_listing_reads_states_then_each_job_never_the_whole_list() {
     table.jobs.lock().unwrap().extend([
         info(1, JobState::Pending, &bridge_comment("g1", "ns/a"), ""),
         info(2, JobState::Running, "not json", "node-9"),
-        info(3, JobState::Running, &bridge_comment("g3", "ns/c"), "node-3"),
+        info(
+            3,
+            JobState::Running,
+            &bridge_comment("g3", "ns/c"),
+            "node-3",
+        ),
     ]);
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
     assert_eq!(w.initial_sync().await.unwrap(), 2);
@@ -341,10 +346,21 @@ async fn a_failed_read_in_the_first_listing_is_asked_again_alone_before_the_inde
         async move { w.initial_sync().await }
     });
     // Until job 2 answers, the index is not the listing's: nothing may decide on it.
-    let reads_of_2 = || table.fetches.lock().unwrap().iter().filter(|id| **id == 2).count();
+    let reads_of_2 = || {
+        table
+            .fetches
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|id| **id == 2)
+            .count()
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while reads_of_2() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "job 2 not asked again");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job 2 not asked again"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(!w.is_synced(), "synced with job 2 unread");
