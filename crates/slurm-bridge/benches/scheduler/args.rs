@@ -7,6 +7,8 @@ pub(crate) enum Mode {
     Arrival,
     Backlog,
     Scale,
+    /// The job watcher's first listing against Slurm alone (no Kubernetes).
+    Listing,
     /// Every mode in turn with small sizes, each within a time limit: the CI smoke.
     All,
 }
@@ -31,7 +33,7 @@ pub(crate) struct Args {
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -62,6 +64,7 @@ pub(crate) fn args() -> Args {
                     Some("arrival") => Mode::Arrival,
                     Some("backlog") => Mode::Backlog,
                     Some("scale") => Mode::Scale,
+                    Some("listing") => Mode::Listing,
                     Some("all") => Mode::All,
                     other => panic!("--mode {other:?}: {USAGE}"),
                 }

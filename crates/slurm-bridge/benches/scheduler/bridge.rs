@@ -55,7 +55,22 @@ pub(crate) fn spawn_bridge(
         None => "warn".into(),
     };
     let stderr = log.map_or_else(Stdio::inherit, Stdio::from);
-    let child = Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+    // BENCH_HEAPTRACK=<prefix>: the process runs under heaptrack, its profile in
+    // `<prefix>-<n>-<command>` (n counts the processes of the run); the peak RSS printed is then
+    // heaptrack's wrapper's, not the bridge's.
+    let mut cmd = match std::env::var_os("BENCH_HEAPTRACK") {
+        Some(prefix) => {
+            static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut out = prefix;
+            out.push(format!("-{n}-{command}"));
+            let mut c = Command::new("heaptrack");
+            c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_slurm-bridge"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_slurm-bridge")),
+    };
+    let child = cmd
         .args([
             command,
             "--leader-elect=false",

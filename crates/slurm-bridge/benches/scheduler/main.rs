@@ -13,6 +13,8 @@
 //!   own figure (one external job that fits, behind the same backlog: time to RUNNING).
 //! - `--mode scale`: `--pods` pods on `--nodes` nodes (fewer): the peak RSS of the scheduler and
 //!   of `slurm-bridge run`, and the first pass over every pod after a restart.
+//! - `--mode listing`: Slurm alone, `--pods` jobs: what the job watcher's first listing costs
+//!   slurmrestd (`GET /jobs/state/` plus a `GET /job/{id}` per job, against one `GET /jobs/`).
 //! - `--mode all`: every mode in turn (the CI smoke, with small sizes).
 //!
 //! Every mode prints the load average beside its figures, and for the bridge the Kubernetes
@@ -23,7 +25,7 @@
 //! `BENCH_LOG=<file>` keeps the scheduler's log (at `BENCH_RUST_LOG`, default `info`) for
 //! `hack/bench-phases.py`, and `BENCH_METRICS=<file>` its last `/metrics`.
 //!
-//! `cargo bench -p slurm-bridge --bench scheduler -- [--mode burst|arrival|backlog|scale|all]
+//! `cargo bench -p slurm-bridge --bench scheduler -- [--mode burst|arrival|backlog|scale|listing|all]
 //! [--pods N] [--nodes N] [--backlog J] [--rate R] [--seconds S] [--workers W]
 //! [--kube-api-qps Q] [--kube-api-burst B] [--poll 1s] [--skip-raw]`; the defaults are small
 //! (100 pods; arrival 50/s for 4 s).
@@ -40,6 +42,7 @@ mod bridge;
 mod burst;
 mod env;
 mod kube_line;
+mod listing;
 mod metrics;
 mod raw;
 mod report;
@@ -62,6 +65,7 @@ async fn run(a: &Args) {
         Mode::Arrival => arrival::arrival(a).await,
         Mode::Backlog => backlog::backlog(a).await,
         Mode::Scale => scale::scale(a).await,
+        Mode::Listing => listing::listing(a).await,
         Mode::All => all(a).await,
     }
 }

@@ -38,6 +38,32 @@ pub(crate) fn slurm_requests(metrics: &str) -> f64 {
         .sum()
 }
 
+/// `slurm_bridge_scheduler_slurm_requests_total` by endpoint (every outcome), sorted by endpoint.
+pub(crate) fn slurm_requests_by_endpoint(metrics: &str) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for l in metrics
+        .lines()
+        .filter(|l| l.starts_with("slurm_bridge_scheduler_slurm_requests_total{"))
+    {
+        let Some(endpoint) = l
+            .split("endpoint=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+        else {
+            continue;
+        };
+        let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        match out.iter_mut().find(|(e, _)| e == endpoint) {
+            Some(slot) => slot.1 += v,
+            None => out.push((endpoint.to_string(), v)),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
 /// `slurm_bridge_scheduler_kube_writes_total` by kind, sorted by kind.
 pub(crate) fn kube_writes(metrics: &str) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = metrics

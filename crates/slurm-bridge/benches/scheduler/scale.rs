@@ -6,7 +6,9 @@ use crate::bridge::{Scheduler, settled_metrics, spawn_bridge, spawn_scheduler};
 use crate::env::{
     control_plane, create_pods, http_get, last, namespace, start_slurm, temp_dir, watch_bound,
 };
-use crate::metrics::{apiserver_requests, counter, print_per_pod, vm_hwm_kib};
+use crate::metrics::{
+    apiserver_requests, counter, kube_writes, print_per_pod, slurm_requests_by_endpoint, vm_hwm_kib,
+};
 use std::time::{Duration, Instant};
 
 pub(crate) async fn scale(a: &Args) {
@@ -49,19 +51,30 @@ pub(crate) async fn scale(a: &Args) {
 /// long that took from its start and its peak RSS; then stops it.
 async fn first_pass(s: Scheduler, n: u32, what: &str) {
     let started = Instant::now();
-    loop {
+    let m = loop {
         let m = http_get(s.port, "/metrics")
             .await
             .map(|x| x.1)
             .unwrap_or_default();
         if counter(&m, "slurm_bridge_scheduler_reconcile_passes_total") >= f64::from(n) {
-            break;
+            break m;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
     report!(
         "{what}: first pass over all {n} pods done {:.2} s after the start; peak RSS {:.1} MiB",
         started.elapsed().as_secs_f64(),
         vm_hwm_kib(s.pid) as f64 / 1024.0
+    );
+    let list = |v: Vec<(String, f64)>| {
+        v.iter()
+            .map(|(k, c)| format!("{k} {c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "  until then: Slurm REST calls {}; Kubernetes writes {}",
+        list(slurm_requests_by_endpoint(&m)),
+        list(kube_writes(&m))
     );
 }

@@ -17,11 +17,43 @@ pub fn trim_metadata(meta: &mut ObjectMeta) {
     }
 }
 
-/// Drops from a pod: managed fields, the last-applied annotation, and in its status the
-/// container statuses' image names, image ids, container ids and reported resources (the pod
-/// controller reads their states only), and `hostIPs`/`podIPs`.
+/// Drops from a pod: managed fields, the last-applied annotation; in its spec the volumes that
+/// are not claims (the service account's projected token volume every pod gets is one of the
+/// largest parts of a pod in memory; the volume rules read PVC and ephemeral volumes only) and
+/// what the containers run with (command, args, env, ports, probes, lifecycle, mounts, security
+/// context: translation, placement and DRA read names, resources and restart policies); in its
+/// status the container statuses' image names, image ids, container ids and reported resources
+/// (the pod controller reads their states only), and `hostIPs`/`podIPs`.
 pub fn pod(pod: &mut Pod) {
     trim_metadata(&mut pod.metadata);
+    if let Some(spec) = pod.spec.as_mut() {
+        if let Some(volumes) = spec.volumes.as_mut() {
+            volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+        }
+        if spec.volumes.as_ref().is_some_and(Vec::is_empty) {
+            spec.volumes = None;
+        }
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.command = None;
+            c.args = None;
+            c.env = None;
+            c.env_from = None;
+            c.ports = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.security_context = None;
+            c.working_dir = None;
+        }
+        spec.ephemeral_containers = None;
+    }
     if let Some(status) = pod.status.as_mut() {
         status.host_ips = None;
         status.pod_ips = None;
@@ -111,6 +143,61 @@ mod tests {
             (&cb.name, &cb.state, cb.ready, cb.restart_count, cb.started)
         );
         assert!(c.image.is_empty() && c.container_id.is_none());
+    }
+
+    #[test]
+    fn a_trimmed_pod_keeps_claim_volumes_and_container_resources_only() {
+        let mut p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep"],
+                    "args": ["1"], "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 80}], "restartPolicy": "Always",
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run"}],
+                    "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}],
+                "initContainers": [{"name": "i", "image": "busybox", "command": ["true"],
+                    "restartPolicy": "Always", "resources": {"limits": {"memory": "1Gi"}}}],
+                "volumes": [
+                    {"name": "kube-api-access", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token"}}]}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                    {"name": "cfg", "configMap": {"name": "m"}}]},
+        }))
+        .unwrap();
+        let before = p.clone();
+        pod(&mut p);
+        let (s, b) = (p.spec.unwrap(), before.spec.unwrap());
+        let names: Vec<&str> = s
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["data", "scratch"], "claim volumes only");
+        for (c, cb) in s
+            .containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .zip(
+                b.containers
+                    .iter()
+                    .chain(b.init_containers.iter().flatten()),
+            )
+        {
+            assert_eq!(
+                (&c.name, &c.resources, &c.restart_policy),
+                (&cb.name, &cb.resources, &cb.restart_policy)
+            );
+            assert!(c.command.is_none() && c.env.is_none() && c.volume_mounts.is_none());
+            assert!(c.readiness_probe.is_none() && c.ports.is_none());
+        }
+        assert_eq!(
+            crate::resources::pod_resources::pod_requests(&s).unwrap(),
+            crate::resources::pod_resources::pod_requests(&b).unwrap(),
+            "effective requests unchanged"
+        );
     }
 
     #[test]

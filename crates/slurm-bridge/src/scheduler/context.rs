@@ -461,6 +461,7 @@ mod tests {
                 pods: vec!["ns/a".into()],
                 group: Some("ns/g".into()),
                 uids: vec![],
+                desc: None,
             },
         })
     }

@@ -185,6 +185,7 @@ mod tests {
                 pods: pods.iter().map(|p| p.to_string()).collect(),
                 group: Some(group.into()),
                 uids: vec![],
+                desc: None,
             },
         }
     }

@@ -1,6 +1,7 @@
 //! The one Slurm job watcher every component shares (design: "no per-pod scans").
 //!
-//! At start it lists every job once (GET /jobs/) and indexes the bridge's jobs by admin_comment.
+//! At start it lists every job once (GET /jobs/state/, then GET /job/{id} for each, a few at a
+//! time) and indexes the bridge's jobs by admin_comment.
 //! Then it polls the cheap GET /jobs/state/ (12 ms for 2,500 jobs) and fetches GET /job/{id}
 //! only for jobs that are new or whose state changed, emitting a [`JobEvent`] for each bridge
 //! job that changed or disappeared. So an allocation is noticed within one poll interval and
@@ -269,17 +270,40 @@ impl<S: SlurmJobs> JobWatcher<S> {
     }
 
     /// Lists every job and rebuilds the index; returns how many are the bridge's.
+    ///
+    /// The list is GET /jobs/state/ (ids and states: cheap however many jobs there are) and one
+    /// GET /job/{id} per job, `fetch_concurrency` at a time, not one GET /jobs/: that answer
+    /// costs slurmrestd seconds and gigabytes at 10,000 jobs, a client that gives up on it and
+    /// asks again piles the work up (issue 22), and the bridge had to hold every job at once to
+    /// read it. A fetch that fails is asked again after a delay (only that job: the others stay
+    /// fetched) until it answers; the index is installed only once every job listed was read,
+    /// so no decision ever relies on a partial index.
     pub async fn initial_sync(&self) -> Result<usize, slurm_rest::Error> {
         self.generation.fetch_add(1, Ordering::SeqCst);
-        let jobs = self.source.list_jobs().await?;
+        let states = self.source.job_states().await?;
         let mut index = JobIndex::default();
-        for info in &jobs {
-            match WatchedJob::from_info(info) {
-                Some(job) => {
-                    index.upsert(job);
-                }
-                None => index.mark_foreign(info.job_id),
-            }
+        let mut to_fetch: Vec<u32> = states
+            .iter()
+            .filter(|e| e.is_plain_job())
+            .map(|e| e.job_id)
+            .collect();
+        drop(states);
+        let mut delay = Duration::from_millis(500);
+        loop {
+            let failed = self.fetch_into(&mut index, to_fetch).await;
+            let Some((first_error, failed)) = failed else {
+                break;
+            };
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                error = %first_error,
+                failed = failed.len(),
+                retry_in = ?delay,
+                "reading Slurm jobs for the first listing failed; asking again for those only"
+            );
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+            to_fetch = failed;
         }
         let n = index.len();
         {
@@ -303,6 +327,38 @@ impl<S: SlurmJobs> JobWatcher<S> {
         }
         self.synced.send_replace(true);
         Ok(n)
+    }
+
+    /// Reads `ids` (GET /job/{id}, `fetch_concurrency` at a time) into `index`: a bridge job
+    /// indexed, any other marked foreign, a job gone meanwhile left out. Returns the first error
+    /// and the ids whose read failed, if any did.
+    async fn fetch_into(
+        &self,
+        index: &mut JobIndex,
+        ids: Vec<u32>,
+    ) -> Option<(slurm_rest::Error, Vec<u32>)> {
+        let mut answers = futures::stream::iter(ids)
+            .map(|id| async move { (id, self.source.job(id).await) })
+            .buffer_unordered(self.config.fetch_concurrency.max(1));
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        while let Some((id, answer)) = answers.next().await {
+            self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+            match answer {
+                Ok(Some(info)) => match WatchedJob::from_info(&info) {
+                    Some(job) => {
+                        index.upsert(job);
+                    }
+                    None => index.mark_foreign(id),
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    failed.push(id);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map(|e| (e, failed))
     }
 
     /// One poll: states of every job, then a fetch of each new or changed one.

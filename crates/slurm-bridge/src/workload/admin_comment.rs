@@ -19,6 +19,11 @@ pub struct AdminComment {
     /// Pod uids in the order of `pods` (absent in jobs made by the Go original).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uids: Vec<String>,
+    /// Hash (16 hex digits) of the job description the scheduler last sent for the job, so a
+    /// restarted scheduler sends no update for a pending job whose description is unchanged
+    /// (absent in jobs made by the Go original and before issue 22: those get one update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desc: Option<String>,
 }
 
 /// Why an admin_comment is not a bridge job's.
@@ -60,7 +65,19 @@ impl AdminComment {
                 Vec::new()
             },
             group,
+            desc: None,
         }
+    }
+
+    /// The description hash of [`AdminComment::desc`], when it is one.
+    pub fn desc_hash(&self) -> Option<u64> {
+        u64::from_str_radix(self.desc.as_deref()?, 16).ok()
+    }
+
+    /// This comment carrying `hash` as the hash of the description it goes with.
+    pub fn with_desc_hash(mut self, hash: u64) -> Self {
+        self.desc = Some(format!("{hash:016x}"));
+        self
     }
 
     /// Compact JSON: `{"pods":[...],"group":"...","uids":[...]}`.
@@ -97,7 +114,13 @@ impl AdminComment {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
-        Ok(AdminComment { pods, group, uids })
+        let desc = map.get("desc").and_then(Value::as_str).map(str::to_string);
+        Ok(AdminComment {
+            pods,
+            group,
+            uids,
+            desc,
+        })
     }
 }
 
@@ -137,6 +160,21 @@ mod tests {
             r#"{"pods":["ns/a","ns/b"],"group":"podgroup/ns/pg","uids":["u-a","u-b"]}"#
         );
         assert_eq!(AdminComment::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn the_description_hash_goes_last_and_comes_back() {
+        let c = AdminComment::new(None, [("ns/a".to_string(), None)]).with_desc_hash(0xab);
+        assert_eq!(c.encode(), r#"{"pods":["ns/a"],"desc":"00000000000000ab"}"#);
+        let back = AdminComment::decode(&c.encode()).unwrap();
+        assert_eq!(back.desc_hash(), Some(0xab));
+        assert_eq!(back, c);
+        let other = AdminComment::decode(r#"{"pods":["ns/a"],"desc":"not hex"}"#).unwrap();
+        assert_eq!(
+            other.desc_hash(),
+            None,
+            "not a hash: the job gets an update"
+        );
     }
 
     #[test]

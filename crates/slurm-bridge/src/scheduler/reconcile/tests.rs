@@ -46,6 +46,7 @@ fn job(state: JobState, nodes: Option<&str>, pods: &[&str]) -> WatchedJob {
             pods: pods.iter().map(|p| p.to_string()).collect(),
             group: Some("coscheduling/ns/g".into()),
             uids: vec![],
+            desc: None,
         },
     }
 }

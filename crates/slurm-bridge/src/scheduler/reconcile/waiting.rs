@@ -5,7 +5,9 @@
 use super::ReconcileError;
 use super::allocated::bind_group;
 use super::report::{report, slurm_failed};
-use super::submit::{as_update, desc_hash, job_desc, label_all, rejected, still_rejected};
+use super::submit::{
+    as_update, desc_hash, job_desc, label_all, rejected, sent_hash, stamped, still_rejected,
+};
 use crate::k8s::is_bound;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
@@ -13,7 +15,6 @@ use crate::scheduler::rejection;
 use crate::slurm::WatchedJob;
 use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
-use crate::workload::job_desc::admin_comment;
 use crate::workload::{GangStatus, GangTimeout, Translation};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -46,20 +47,19 @@ pub(super) async fn pending<S: Slurm>(
         }
     };
     let hash = desc_hash(&desc);
-    let sent = ctx.sent.locked().get(&job.job_id).copied();
-    if sent != Some(hash) {
+    if sent_hash(ctx, job) != Some(hash) {
         let fingerprint = ctx.fingerprint(hash);
         if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
             return Ok(action);
         }
+        let (desc, comment) = stamped(desc, tr, hash);
         match ctx.slurm.update(job.job_id, &desc).await {
             Ok(()) => {
                 ctx.rejections().clear(&tr.group_key);
                 ctx.sent.locked().insert(job.job_id, hash);
                 // Only the comment is news: `job` was read at the start of the pass, and a
                 // poll may have recorded its allocation since.
-                ctx.watcher
-                    .record_update(job, admin_comment(&tr.ir, &tr.group_key));
+                ctx.watcher.record_update(job, comment);
                 tracing::info!(job_id = job.job_id, "updated pending external job");
             }
             Err(e) if e.kind() == ErrorKind::JobNotPending => {

@@ -13,6 +13,7 @@ mod fake_slurm;
 mod harness;
 mod objects;
 mod reconcile_table;
+mod restart;
 mod world;
 mod writer_race;
 

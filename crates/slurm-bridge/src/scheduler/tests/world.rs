@@ -58,6 +58,7 @@ impl SlurmJob {
             pods: self.pods.clone(),
             group: self.group.clone(),
             uids: vec![],
+            desc: None,
         }
     }
 

@@ -10,10 +10,15 @@ use slurm_rest::models::{JobState, JobStateEntry};
 struct Table {
     jobs: Mutex<Vec<JobInfo>>,
     fetches: Mutex<Vec<u32>>,
+    /// GET /jobs/ calls (the watcher makes none).
+    lists: AtomicU64,
+    /// Jobs whose next reads fail, with how many more fail.
+    failing: Mutex<HashMap<u32, usize>>,
 }
 
 impl SlurmJobs for Table {
     async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         Ok(self.jobs.lock().unwrap().clone())
     }
     async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
@@ -33,6 +38,15 @@ impl SlurmJobs for Table {
     }
     async fn job(&self, id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
         self.fetches.lock().unwrap().push(id);
+        if let Some(left) = self.failing.lock().unwrap().get_mut(&id)
+            && *left > 0
+        {
+            *left -= 1;
+            return Err(slurm_rest::Error::synthetic(
+                slurm_rest::ErrorKind::Transient,
+                format!("GET /job/{id}: timed out"),
+            ));
+        }
         Ok(self
             .jobs
             .lock()
@@ -53,11 +67,19 @@ fn info(id: u32, state: JobState, comment: &str, nodes: &str) -> JobInfo {
     }
 }
 
+/// The first listing, after which the fetch log starts empty (the tests count the polls' fetches).
+async fn sync(w: &JobWatcher<Table>, table: &Table) -> usize {
+    let n = w.initial_sync().await.unwrap();
+    table.fetches.lock().unwrap().clear();
+    n
+}
+
 fn bridge_comment(group: &str, pod: &str) -> String {
     AdminComment {
         pods: vec![pod.into()],
         group: Some(group.into()),
         uids: vec![],
+        desc: None,
     }
     .encode()
 }
@@ -71,7 +93,7 @@ async fn fetches_only_changed_jobs_and_emits_events() {
     ]);
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
     let mut events = w.subscribe();
-    assert_eq!(w.initial_sync().await.unwrap(), 1);
+    assert_eq!(sync(&w, &table).await, 1);
     assert!(w.is_synced());
 
     // Nothing changed: no fetch at all (the foreign job is not fetched either).
@@ -104,7 +126,7 @@ async fn fetches_only_changed_jobs_and_emits_events() {
 async fn a_recorded_job_survives_a_poll_that_does_not_list_it_yet() {
     let table = Arc::new(Table::default());
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     // Simulate: a poll's listing was taken before the submit, then the submit recorded job 5.
     let gen_before = w.generation.load(Ordering::SeqCst);
     w.record(
@@ -158,7 +180,7 @@ async fn pending_reasons_are_refreshed_in_bounded_batches() {
     };
     let w = JobWatcher::new(table.clone(), cfg);
     let mut events = w.subscribe();
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     table.jobs.lock().unwrap()[2].state_reason = Some("Resources".into());
     w.poll_once().await.unwrap();
     assert_eq!(
@@ -192,7 +214,7 @@ async fn a_recorded_job_is_not_fetched_for_its_reason_at_once() {
         ..Default::default()
     };
     let w = JobWatcher::new(table.clone(), cfg);
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     let job = info(7, JobState::Pending, &bridge_comment("g", "ns/p"), "");
     table.jobs.lock().unwrap().push(job.clone());
     w.record(WatchedJob::from_info(&job).unwrap());
@@ -218,7 +240,7 @@ async fn a_job_that_stops_being_the_bridges_is_gone_not_kept() {
     ));
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
     let mut events = w.subscribe();
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     // Someone rewrites the admin_comment and the state changes: the poll fetches it.
     table.jobs.lock().unwrap()[0] = info(8, JobState::Running, "by hand", "node-1");
     w.poll_once().await.unwrap();
@@ -231,7 +253,7 @@ async fn a_job_that_stops_being_the_bridges_is_gone_not_kept() {
 async fn new_bridge_jobs_found_by_polling_are_indexed() {
     let table = Arc::new(Table::default());
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     table.jobs.lock().unwrap().push(info(
         3,
         JobState::Pending,
@@ -253,7 +275,7 @@ async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
         .unwrap()
         .push(info(1, JobState::Pending, &bridge_comment("g", "ns/a"), ""));
     let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
-    w.initial_sync().await.unwrap();
+    sync(&w, &table).await;
     // The pass reads the pending job...
     let read = w.index().get(1).unwrap();
     assert!(read.is_pending());
@@ -267,6 +289,7 @@ async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
         pods: vec!["ns/a".into(), "ns/b".into()],
         group: Some("g".into()),
         uids: vec![],
+        desc: None,
     };
     w.record_update(&read, comment.clone());
     let now = w.index().get(1).unwrap();
@@ -281,4 +304,75 @@ async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
     w.poll_once().await.unwrap();
     w.record_update(&read, AdminComment::default());
     assert!(w.index().get(1).is_none());
+}
+
+#[tokio::test]
+async fn the_first_listing_reads_states_then_each_job_never_the_whole_list() {
+    let table = Arc::new(Table::default());
+    table.jobs.lock().unwrap().extend([
+        info(1, JobState::Pending, &bridge_comment("g1", "ns/a"), ""),
+        info(2, JobState::Running, "not json", "node-9"),
+        info(
+            3,
+            JobState::Running,
+            &bridge_comment("g3", "ns/c"),
+            "node-3",
+        ),
+    ]);
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    assert_eq!(w.initial_sync().await.unwrap(), 2);
+    assert_eq!(table.lists.load(Ordering::SeqCst), 0, "no GET /jobs/");
+    let mut fetched = table.fetches.lock().unwrap().clone();
+    fetched.sort();
+    assert_eq!(fetched, [1, 2, 3], "one GET /job/{{id}} per listed job");
+    assert!(w.index().is_foreign(2));
+    assert_eq!(
+        w.index().active_for_pod("ns/c")[0].allocated_nodes(),
+        Some("node-3")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_read_in_the_first_listing_is_asked_again_alone_before_the_index_is_used() {
+    let table = Arc::new(Table::default());
+    table.jobs.lock().unwrap().extend([
+        info(1, JobState::Pending, &bridge_comment("g1", "ns/a"), ""),
+        info(2, JobState::Pending, &bridge_comment("g2", "ns/b"), ""),
+    ]);
+    table.failing.lock().unwrap().insert(2, 2);
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    let sync = tokio::spawn({
+        let w = w.clone();
+        async move { w.initial_sync().await }
+    });
+    // Until job 2 answers, the index is not the listing's: nothing may decide on it.
+    let reads_of_2 = || {
+        table
+            .fetches
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|id| **id == 2)
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while reads_of_2() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job 2 not asked again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!w.is_synced(), "synced with job 2 unread");
+    assert_eq!(sync.await.unwrap().unwrap(), 2);
+    assert!(w.is_synced());
+    assert_eq!(w.index().active_for_group("g2")[0].job_id, 2);
+    let fetches = table.fetches.lock().unwrap().clone();
+    assert_eq!(
+        fetches.iter().filter(|id| **id == 1).count(),
+        1,
+        "job 1 read once: {fetches:?}"
+    );
+    assert_eq!(fetches.iter().filter(|id| **id == 2).count(), 3);
+    assert!(w.stats.errors.load(Ordering::Relaxed) >= 2);
 }

@@ -1,0 +1,104 @@
+//! Listing: what the job watcher's first listing costs slurmrestd at `--pods` jobs, Slurm only.
+//!
+//! `--pods` external jobs naming one pod each (as the bridge's) on `--nodes` nodes, most of them
+//! pending; then, one after the other: `GET /jobs/state/`, `GET /job/{id}` for every job at 16
+//! in flight (the watcher's first listing since issue 22), and the one `GET /jobs/` it made
+//! before (no client timeout, no retries); each with slurmrestd's RSS after it.
+
+use crate::args::Args;
+use crate::env::start_slurm;
+use crate::raw::external_job;
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+pub(crate) async fn listing(a: &Args) {
+    let n = a.pods;
+    let nodes = a.nodes.unwrap_or((n / 10).max(1));
+    println!("== listing: {n} jobs on {nodes} nodes");
+    let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
+        .await
+        .unwrap();
+    let rest = slurm_rest::Client::builder(slurm.rest_url())
+        .token(slurm_rest::TokenProvider::file(slurm.token_file()))
+        .timeout(Duration::from_secs(3600))
+        .retry(slurm_rest::RetryPolicy::none())
+        .build()
+        .unwrap();
+    let port = slurm.rest_url().rsplit(':').next().unwrap().to_string();
+    let started = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let rest = rest.clone();
+            async move {
+                rest.submit_job(&external_job(&format!("list-{i}")))
+                    .await
+                    .expect("submit")
+            }
+        })
+        .buffer_unordered(4)
+        .count()
+        .await;
+    report!(
+        "{n} jobs submitted in {:.1} s; slurmrestd RSS {:.0} MiB",
+        started.elapsed().as_secs_f64(),
+        slurmrestd_rss_mib(&port)
+    );
+    let t = Instant::now();
+    let states = rest.job_states().await.expect("GET /jobs/state/");
+    report!(
+        "GET /jobs/state/: {} jobs in {:.3} s; slurmrestd RSS {:.0} MiB",
+        states.len(),
+        t.elapsed().as_secs_f64(),
+        slurmrestd_rss_mib(&port)
+    );
+    let t = Instant::now();
+    let fetched = futures::stream::iter(states.iter().map(|s| s.job_id))
+        .map(|id| {
+            let rest = rest.clone();
+            async move { rest.job(id).await.is_ok() }
+        })
+        .buffer_unordered(16)
+        .filter(|ok| std::future::ready(*ok))
+        .count()
+        .await;
+    report!(
+        "GET /job/{{id}} x {fetched}, 16 in flight: {:.2} s; slurmrestd RSS {:.0} MiB",
+        t.elapsed().as_secs_f64(),
+        slurmrestd_rss_mib(&port)
+    );
+    let t = Instant::now();
+    let jobs = rest.jobs(None).await.expect("GET /jobs/").jobs;
+    report!(
+        "GET /jobs/: {} jobs in {:.2} s; slurmrestd RSS {:.0} MiB",
+        jobs.len(),
+        t.elapsed().as_secs_f64(),
+        slurmrestd_rss_mib(&port)
+    );
+    tokio::task::spawn_blocking(move || drop(slurm))
+        .await
+        .unwrap();
+}
+
+/// The resident memory of the slurmrestd serving `port` (MiB; 0 when not found).
+fn slurmrestd_rss_mib(port: &str) -> f64 {
+    let listen = format!(":{port}");
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd);
+        let mut argv = cmd.split('\0');
+        if argv.next().is_some_and(|a| a.ends_with("slurmrestd"))
+            && argv.any(|a| a.ends_with(&listen))
+        {
+            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+            return status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(0.0, |kib| kib / 1024.0);
+        }
+    }
+    0.0
+}
