@@ -307,6 +307,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
 
     /// One poll: states of every job, then a fetch of each new or changed one.
     pub async fn poll_once(&self) -> Result<(), slurm_rest::Error> {
+        let started = std::time::Instant::now();
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let states = self.source.job_states().await?;
@@ -385,6 +386,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 self.emit(JobEvent::Gone(old));
             }
         }
+        let fetches = to_fetch.len();
         let mut fetched = futures::stream::iter(to_fetch)
             .map(|id| async move { (id, self.source.job(id).await) })
             .buffer_unordered(self.config.fetch_concurrency.max(1));
@@ -405,6 +407,12 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
             }
         }
+        tracing::trace!(
+            jobs = states.len(),
+            fetched = fetches,
+            took_ms = started.elapsed().as_millis() as u64,
+            "polled job states"
+        );
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
