@@ -100,7 +100,9 @@ fn write_times(created: &HashMap<String, Instant>, bound: &HashMap<String, Insta
     let mut lines: Vec<String> = created
         .iter()
         .map(|(name, at)| {
-            let b = bound.get(name).map_or("-".into(), |b| format!("{:.6}", unix(b)));
+            let b = bound
+                .get(name)
+                .map_or("-".into(), |b| format!("{:.6}", unix(b)));
             format!("{name} {:.6} {b}", unix(at))
         })
         .collect();
