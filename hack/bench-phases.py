@@ -7,11 +7,18 @@ Usage: BENCH_LOG=/tmp/s.log BENCH_RUST_LOG=info,slurm_bridge=trace \
 Prints when each phase happened (seconds from the first log line), per job the latencies
 submit -> labelled -> allocation seen -> bound, and per-second counts of submits, allocations
 seen and binds.
+
+With a second argument, the arrival mode's BENCH_TIMES file (each pod's create answered and its
+binding seen, Unix seconds), also per pod: created -> its watch event in the scheduler ->
+queued -> handed to the controller -> first pass -> submitted, and per-second counts of
+creates, watch events and first passes.
 """
 import re, sys, datetime, collections, statistics
 t0 = None
 ev = collections.defaultdict(list)  # name -> [(t, fields)]
 pat = re.compile(r'^(\S+)\s+(\w+)\s+(.*)$')
+podpat = re.compile(r'pod=([^\s}:,]+)')
+first = collections.defaultdict(dict)  # phase -> pod -> first absolute time
 for line in open(sys.argv[1], errors='replace'):
     line = re.sub(r'\x1b\[[0-9;]*m', '', line)
     m = pat.match(line)
@@ -22,6 +29,11 @@ for line in open(sys.argv[1], errors='replace'):
         continue
     if t0 is None: t0 = t
     rest = m.group(3)
+    pm = podpat.search(rest)
+    if pm:
+        for name in ['pod watch event', 'new pod queued', 'pod handed out', 'pass started', 'submitted external job']:
+            if rest.endswith(name) or (': ' + name) in rest:
+                first[name].setdefault(pm.group(1), t)
     fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', rest))
     for name in ['scheduler caches synced', 'slurm job watcher synced', 'leading: scheduling', 'pass started',
                  'submitted external job', 'labelled', 'job changed', 'bound pods', 'updated pending external job']:
@@ -51,3 +63,22 @@ lat(sub, bnd, 'submit -> bound')
 for name, d in [('submits', sub), ('seen running', run), ('bound', bnd)]:
     h = collections.Counter(int(t) for t in d.values())
     print(f"{name:14s}/s:", ' '.join(f"{h.get(i,0)}" for i in range(0, int(max(d.values(), default=0)) + 1)))
+
+if len(sys.argv) > 2:
+    created, boundat = {}, {}
+    for line in open(sys.argv[2]):
+        name, c, b = line.split()
+        key = 'default/' + name
+        created[key] = float(c)
+        if b != '-': boundat[key] = float(b)
+    phases = [('created', created)] + [(n, first[n]) for n in
+              ['pod watch event', 'new pod queued', 'pod handed out', 'pass started', 'submitted external job']] + [('bound (bench watch)', boundat)]
+    print('per pod (first of each):')
+    for (an, a), (bn, b) in zip(phases, phases[1:]):
+        lat(a, b, f"{an} -> {bn}"[:48])
+    lat(created, first['pass started'], 'created -> first pass')
+    lat(created, boundat, 'created -> bound')
+    lo = min(created.values())
+    for name, d in [('created', created), ('watch events', first['pod watch event']), ('first passes', first['pass started'])]:
+        h = collections.Counter(int(t - lo) for k, t in d.items() if k in created)
+        print(f"{name:14s}/s:", ' '.join(f"{h.get(i,0)}" for i in range(0, max(h, default=0) + 1)))

@@ -39,6 +39,9 @@ pub(crate) async fn arrival_latencies(
     .await;
     let bound = bound.await.unwrap();
     let created = created.lock().unwrap().clone();
+    if scheduler == BRIDGE {
+        write_times(&created, &bound);
+    }
     created
         .iter()
         .filter_map(|(name, at)| bound.get(name).map(|b| b.saturating_duration_since(*at)))
@@ -77,4 +80,32 @@ pub(crate) async fn arrival(a: &Args) {
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
+}
+
+/// With `BENCH_TIMES=<file>`, one line per pod: its name, when its create was answered and when
+/// its binding was seen, as Unix seconds (to set beside the scheduler's log, `BENCH_LOG`, in
+/// `hack/bench-phases.py`).
+fn write_times(created: &HashMap<String, Instant>, bound: &HashMap<String, Instant>) {
+    let Some(path) = std::env::var_os("BENCH_TIMES") else {
+        return;
+    };
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    let unix = |at: &Instant| {
+        let wall_at = wall - now.saturating_duration_since(*at);
+        wall_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+    };
+    let mut lines: Vec<String> = created
+        .iter()
+        .map(|(name, at)| {
+            let b = bound
+                .get(name)
+                .map_or("-".into(), |b| format!("{:.6}", unix(b)));
+            format!("{name} {:.6} {b}", unix(at))
+        })
+        .collect();
+    lines.sort();
+    std::fs::write(path, lines.join("\n") + "\n").expect("BENCH_TIMES");
 }

@@ -503,6 +503,10 @@ async fn reflect_pods<S>(
         .for_each(move |event| {
             match &event {
                 Ok(event) => {
+                    if let watcher::Event::Apply(p) = event {
+                        // When the watch delivered the change to this process (bench phases).
+                        tracing::trace!(pod = %crate::k8s::pod_key(p), rv = p.metadata.resource_version.as_deref().unwrap_or_default(), "pod watch event");
+                    }
                     // The group index first: a pass a change starts reads its group through it.
                     if let Some(index) = &caches.handles.pod_groups {
                         index.follow(&caches.handles.pods, event);

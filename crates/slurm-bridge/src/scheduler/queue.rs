@@ -175,6 +175,12 @@ impl PodQueue {
                 if st.outstanding.len() < self.workers {
                     let next = st.heap.pop();
                     if let Some(q) = &next {
+                        tracing::trace!(
+                            pod = %format_args!("{}/{}", q.pod.namespace.as_deref().unwrap_or_default(), q.pod.name),
+                            outstanding = st.outstanding.len(),
+                            queued = st.heap.len(),
+                            "pod handed out"
+                        );
                         st.outstanding.insert(q.pod.clone());
                         st.handed += 1;
                         let handed = st.handed;

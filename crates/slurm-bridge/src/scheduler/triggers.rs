@@ -105,6 +105,7 @@ fn follow_one<S: Slurm>(
                 Some(before) if before == now => {}
                 Some(_) => to_send.push(pod.clone()),
                 None => {
+                    tracing::trace!(pod = %crate::k8s::pod_key(pod), "new pod queued");
                     to_send.push(pod.clone());
                     wake_siblings(siblings, pod, triggers);
                 }

@@ -33,10 +33,11 @@ pub struct JobWatcherConfig {
     pub reason_batch: usize,
     /// Time between two reason batches, however fast the poll.
     pub reason_tick: Duration,
-    /// Poll interval while a job recorded (submitted) in the last `fast_window` is still pending,
-    /// so an allocation is seen within about this long: the scheduler's submit-to-bind latency.
+    /// Poll interval while a job recorded (submitted or updated) in the last `fast_window` is
+    /// still pending, so its allocation is seen within about this long: the scheduler's
+    /// submit-to-bind latency. Jobs pending for longer (a backlog) do not keep the fast poll.
     pub fast_interval: Duration,
-    /// How long after a submit the watcher polls at `fast_interval`.
+    /// How long after its submit or update a pending job keeps the poll at `fast_interval`.
     pub fast_window: Duration,
 }
 
@@ -92,8 +93,9 @@ pub struct JobWatcher<S> {
     synced: watch::Sender<bool>,
     /// When each bridge job was last fetched.
     fetched_at: Mutex<HashMap<u32, std::time::Instant>>,
-    /// When a job was last recorded; drives the fast poll.
-    last_record: Mutex<Option<std::time::Instant>>,
+    /// Jobs recorded (submitted or updated) within `fast_window`, with when: the poll is fast
+    /// while one of them is still pending ([`JobWatcher::next_wait`]).
+    fresh: Mutex<HashMap<u32, std::time::Instant>>,
     /// Wakes the poll loop early after a record.
     nudge: tokio::sync::Notify,
     /// When pending reasons were last refreshed (see `reason_tick`).
@@ -112,7 +114,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             subscribers: Subscribers::default(),
             synced: watch::channel(false).0,
             fetched_at: Mutex::new(HashMap::new()),
-            last_record: Mutex::new(None),
+            fresh: Mutex::new(HashMap::new()),
             nudge: tokio::sync::Notify::new(),
             last_reason_batch: Mutex::new(None),
             stats: WatcherStats::default(),
@@ -151,8 +153,11 @@ impl<S: SlurmJobs> JobWatcher<S> {
         self.fetched_at
             .locked()
             .insert(job.job_id, std::time::Instant::now());
+        let job_id = job.job_id;
         self.index.write_locked().upsert(job);
-        *self.last_record.locked() = Some(std::time::Instant::now());
+        self.fresh
+            .locked()
+            .insert(job_id, std::time::Instant::now());
         self.nudge.notify_one();
     }
 
@@ -173,18 +178,27 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 index.upsert(job);
             }
         }
-        *self.last_record.locked() = Some(std::time::Instant::now());
+        // An update (nodes, pods) may let the job start: watched as closely as a new one.
+        self.fresh
+            .locked()
+            .insert(read.job_id, std::time::Instant::now());
         self.nudge.notify_one();
     }
 
-    /// The wait before the next poll: short while freshly submitted jobs may be allocated.
+    /// The wait before the next poll: `fast_interval` while a job recorded within `fast_window`
+    /// is still pending (its allocation is what a pod waits for), `interval` otherwise, however
+    /// many older jobs pend. Forgets the recorded jobs that started, went or aged out.
     fn next_wait(&self) -> Duration {
-        let recent = self
-            .last_record
-            .locked()
-            .is_some_and(|t| t.elapsed() < self.config.fast_window);
-        let pending = recent && self.index().jobs().any(|j| j.is_pending());
-        if pending {
+        let fast = {
+            let mut fresh = self.fresh.locked();
+            let index = self.index();
+            let window = self.config.fast_window;
+            fresh.retain(|id, at| {
+                at.elapsed() < window && index.get(*id).is_some_and(|j| j.is_pending())
+            });
+            !fresh.is_empty()
+        };
+        if fast {
             self.config.fast_interval.min(self.config.interval)
         } else {
             self.config.interval
@@ -363,6 +377,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
 
     /// One poll: states of every job, then a fetch of each new or changed one.
     pub async fn poll_once(&self) -> Result<(), slurm_rest::Error> {
+        let started = std::time::Instant::now();
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let states = self.source.job_states().await?;
@@ -441,6 +456,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 self.emit(JobEvent::Gone(old));
             }
         }
+        let fetches = to_fetch.len();
         let mut fetched = futures::stream::iter(to_fetch)
             .map(|id| async move { (id, self.source.job(id).await) })
             .buffer_unordered(self.config.fetch_concurrency.max(1));
@@ -461,6 +477,12 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
             }
         }
+        tracing::trace!(
+            jobs = states.len(),
+            fetched = fetches,
+            took_ms = started.elapsed().as_millis() as u64,
+            "polled job states"
+        );
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),

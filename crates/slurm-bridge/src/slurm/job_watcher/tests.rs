@@ -376,3 +376,65 @@ async fn a_failed_read_in_the_first_listing_is_asked_again_alone_before_the_inde
     assert_eq!(fetches.iter().filter(|id| **id == 2).count(), 3);
     assert!(w.stats.errors.load(Ordering::Relaxed) >= 2);
 }
+
+/// The poll is fast only while a job submitted (or updated) within the fast window is still
+/// pending: a backlog of older pending jobs does not keep it fast once the fresh job started.
+/// (Before, any pending job kept the fast poll for the whole window after any submit.)
+#[tokio::test]
+async fn only_fresh_pending_jobs_keep_the_poll_fast() {
+    let table = Arc::new(Table::default());
+    table.jobs.lock().unwrap().push(info(
+        1,
+        JobState::Pending,
+        &bridge_comment("old", "ns/old"),
+        "",
+    ));
+    let config = JobWatcherConfig::default();
+    let (slow, fast) = (config.interval, config.fast_interval);
+    let w = JobWatcher::new(table.clone(), config);
+    w.initial_sync().await.unwrap();
+    assert_eq!(w.next_wait(), slow, "an old pending job alone: slow");
+
+    // A submit: fast while it pends.
+    let fresh = info(2, JobState::Pending, &bridge_comment("new", "ns/new"), "");
+    table.jobs.lock().unwrap().push(fresh.clone());
+    w.record(WatchedJob::from_info(&fresh).unwrap());
+    assert_eq!(w.next_wait(), fast, "a fresh pending job: fast");
+    w.poll_once().await.unwrap();
+    assert_eq!(w.next_wait(), fast, "still pending: still fast");
+
+    // Slurm starts it: slow again at once, though the old job still pends.
+    table.jobs.lock().unwrap()[1] = info(
+        2,
+        JobState::Running,
+        &bridge_comment("new", "ns/new"),
+        "node-1",
+    );
+    w.poll_once().await.unwrap();
+    assert!(w.index().get(2).unwrap().is_running());
+    assert_eq!(w.next_wait(), slow, "the fresh job started: slow");
+
+    // Updating the old job makes it fresh (the update may let it start).
+    let read = w.index().get(1).unwrap();
+    w.record_update(&read, read.comment.clone());
+    assert_eq!(w.next_wait(), fast, "an updated pending job: fast");
+}
+
+/// A fresh job that pends longer than the fast window stops keeping the poll fast.
+#[tokio::test]
+async fn a_fresh_job_keeps_the_poll_fast_only_for_the_window() {
+    let table = Arc::new(Table::default());
+    let config = JobWatcherConfig {
+        fast_window: Duration::from_millis(30),
+        ..Default::default()
+    };
+    let slow = config.interval;
+    let w = JobWatcher::new(table.clone(), config);
+    w.initial_sync().await.unwrap();
+    let job = info(3, JobState::Pending, &bridge_comment("g", "ns/a"), "");
+    table.jobs.lock().unwrap().push(job.clone());
+    w.record(WatchedJob::from_info(&job).unwrap());
+    assert_ne!(w.next_wait(), slow);
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(w.next_wait(), slow, "past the window: slow");
+}
