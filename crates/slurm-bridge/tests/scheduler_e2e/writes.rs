@@ -1,0 +1,127 @@
+//! What the scheduler writes: at most three Kubernetes writes per bound pod, and annotations
+//! that reach the Slurm job.
+
+use crate::e2e::{self, Env, job_id_of, pod};
+use crate::support::{BIND_TIMEOUT, passes_over_alone, start_watched};
+use serde_json::json;
+use std::time::Duration;
+
+/// A bound pod costs at most 3 Kubernetes writes: the label/finalizer/toleration patch, the
+/// Binding (carrying the node annotation, which kube-apiserver copies onto the pod while it sets
+/// PodScheduled=True) and the Scheduled Event; the result on the pod is the full one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
+    use slurm_bridge::k8s::writes::write_kind;
+    use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, merge_toleration};
+    let mut env = Env::start(2).await;
+    let rest = e2e::rest_client(&env.slurm);
+    let watched = start_watched(&mut env, rest).await;
+    env.create_pod(pod("thrifty", json!({}), json!({}))).await;
+    env.wait_bound(&["thrifty".into()], BIND_TIMEOUT).await;
+    // The Event is the pass's last write.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let events = env.event_reasons("thrifty").await;
+        if events.iter().any(|(r, _)| r == "Scheduled") {
+            break events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Scheduled event: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Passes the binding triggers write nothing more: every pass up to one that read the pod
+    // bound has ended.
+    passes_over_alone(&env, &watched, "thrifty", "bound", e2e::node_name_is_set).await;
+    let writes = &env.handle().metrics.kube_writes;
+    let kinds = [
+        write_kind::LABEL,
+        write_kind::BINDING,
+        write_kind::EVENT,
+        write_kind::CONDITION,
+        write_kind::UNLABEL,
+        write_kind::FINALIZER,
+        write_kind::PODGROUP,
+    ];
+    let by_kind: Vec<(&str, u64)> = kinds.iter().map(|k| (*k, writes.of(k))).collect();
+    println!(
+        "Kubernetes writes for one bound pod: {} {by_kind:?}",
+        writes.total()
+    );
+    assert!(
+        writes.total() <= 3,
+        "{} writes: {by_kind:?}",
+        writes.total()
+    );
+    assert_eq!(writes.of(write_kind::BINDING), 1, "{by_kind:?}");
+
+    let p = env.pods().get("thrifty").await.unwrap();
+    let node = p.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let id = job_id_of(&p);
+    assert_eq!(
+        kube::ResourceExt::annotations(&p).get(ANNOTATION_SLURM_NODE),
+        Some(&node),
+        "the node annotation, carried by the Binding"
+    );
+    assert!(
+        kube::ResourceExt::finalizers(&p)
+            .iter()
+            .any(|f| f == FINALIZER)
+    );
+    let mut tolerations = p
+        .spec
+        .as_ref()
+        .unwrap()
+        .tolerations
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        !merge_toleration(&mut tolerations, e2e::SCHEDULER),
+        "the bridge toleration is there"
+    );
+    assert_eq!(
+        e2e::scheduled_condition(&p).map(|c| c.0),
+        Some("True".to_string()),
+        "PodScheduled=True, set by kube-apiserver on binding"
+    );
+    let scheduled: Vec<&String> = events
+        .iter()
+        .filter(|(r, _)| r == "Scheduled")
+        .map(|(_, note)| note)
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{events:?}");
+    assert!(
+        scheduled[0].contains(&node) && scheduled[0].contains(&format!("Slurm job {id}")),
+        "{scheduled:?}"
+    );
+    env.assert_consistent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_reach_slurm() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create_pod(pod(
+        "annotated",
+        json!({
+            "slurmjob.slinky.slurm.net/partition": "slurm-bridge",
+            "slurmjob.slinky.slurm.net/timelimit": "7",
+            "slurmjob.slinky.slurm.net/priority": "4242",
+            "slurmjob.slinky.slurm.net/account": "root",
+        }),
+        json!({}),
+    ))
+    .await;
+    let pods = env.wait_bound(&["annotated".into()], BIND_TIMEOUT).await;
+    let job = env.scontrol_job(job_id_of(&pods[0]));
+    for want in [
+        "Partition=slurm-bridge",
+        "TimeLimit=00:07:00",
+        "Priority=4242",
+        "Account=root",
+    ] {
+        assert!(job.contains(want), "missing {want} in {job}");
+    }
+    env.assert_consistent().await;
+}
