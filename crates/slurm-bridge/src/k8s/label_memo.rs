@@ -55,6 +55,10 @@ pub(super) enum Claim {
     Done,
     /// A patch of the pod with that job is in flight: wait for its outcome (true: it landed).
     Wait(watch::Receiver<Option<bool>>),
+    /// A patch of the pod with another job is in flight: wait until it has ended, then claim
+    /// again. Sent beside it, the older patch could land last and put the old job id back (a
+    /// gang member left out of its group's allocation and submitted alone kept the group's).
+    After(watch::Receiver<Option<bool>>),
     /// Send the patch; the ticket records its outcome.
     Send(LabelTicket),
 }
@@ -77,9 +81,12 @@ impl LabelMemo {
         let mut st = self.0.locked();
         if let Some(f) = st.in_flight.get(&key)
             && f.uid == pod.uid()
-            && f.job_id == job_id
         {
-            return Claim::Wait(f.outcome.clone());
+            return if f.job_id == job_id {
+                Claim::Wait(f.outcome.clone())
+            } else {
+                Claim::After(f.outcome.clone())
+            };
         }
         if let Some(w) = st.written.get(&key)
             && w.uid == pod.uid()
@@ -204,7 +211,7 @@ mod tests {
         match memo.claim(p, job) {
             Claim::Send(t) => t,
             Claim::Done => panic!("done, not send"),
-            Claim::Wait(_) => panic!("wait, not send"),
+            Claim::Wait(_) | Claim::After(_) => panic!("wait, not send"),
         }
     }
 
@@ -212,7 +219,7 @@ mod tests {
         match memo.claim(p, job) {
             Claim::Done => true,
             // Claimed: give it back.
-            Claim::Send(_) | Claim::Wait(_) => false,
+            Claim::Send(_) | Claim::Wait(_) | Claim::After(_) => false,
         }
     }
 
@@ -287,5 +294,21 @@ mod tests {
             Some(false)
         );
         let _retry = send(&memo, &b, 7);
+    }
+
+    /// A label with another job while one is in flight goes after it, so the newer job id is
+    /// the one the pod keeps (sent beside it, the older patch could land last).
+    #[tokio::test]
+    async fn another_jobs_label_waits_for_the_one_in_flight() {
+        let memo = LabelMemo::default();
+        let v10 = pod("a", "u1", "10");
+        let group = send(&memo, &v10, 7);
+        let Claim::After(mut earlier) = memo.claim(&v10, 8) else {
+            panic!("job 8's label sent beside job 7's")
+        };
+        group.landed(&v10, Some("11".into()));
+        assert!(earlier.wait_for(|o| o.is_some()).await.is_ok());
+        let v11 = pod("a", "u1", "11");
+        let _alone = send(&memo, &v11, 8);
     }
 }

@@ -154,6 +154,10 @@ impl PodWriter {
                     }
                     // It failed: claim again (another caller may be sending it by now).
                 }
+                Claim::After(mut earlier) => {
+                    // Another job's label of this pod first; then this one.
+                    let _ = earlier.wait_for(|o| o.is_some()).await;
+                }
             }
         };
         self.send_label(writes, pod, &patch, ticket).await
@@ -174,8 +178,25 @@ impl PodWriter {
             return;
         };
         // Claimed now, so a pass right after waits for this patch instead of sending its own.
-        let Claim::Send(ticket) = self.labels.claim(pod, job_id) else {
-            return;
+        let ticket = match self.labels.claim(pod, job_id) {
+            Claim::Send(ticket) => ticket,
+            Claim::Done | Claim::Wait(_) => return,
+            Claim::After(_) => {
+                // Another job's label is in flight: this one goes after it, through `label`.
+                let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
+                self.background.send_modify(|n| *n += 1);
+                tokio::spawn(async move {
+                    match writer.label(&writes, &pod, job_id, clear_node).await {
+                        Ok(()) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => tracing::warn!(pod = %pod_key(&pod), job_id,
+                            error = %crate::k8s::api_error::Brief(&e),
+                            "labelling failed; the pod's next pass labels it"),
+                    }
+                    writer.background.send_modify(|n| *n -= 1);
+                });
+                return;
+            }
         };
         let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
         self.background.send_modify(|n| *n += 1);
