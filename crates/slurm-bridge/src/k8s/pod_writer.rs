@@ -178,40 +178,39 @@ impl PodWriter {
             return;
         };
         // Claimed now, so a pass right after waits for this patch instead of sending its own.
-        let ticket = match self.labels.claim(pod, job_id) {
-            Claim::Send(ticket) => ticket,
-            Claim::Done | Claim::Wait(_) => return,
-            Claim::After(_) => {
-                // Another job's label is in flight: this one goes after it, through `label`.
-                let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
-                self.background.send_modify(|n| *n += 1);
-                tokio::spawn(async move {
-                    match writer.label(&writes, &pod, job_id, clear_node).await {
-                        Ok(()) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => tracing::warn!(pod = %pod_key(&pod), job_id,
-                            error = %crate::k8s::api_error::Brief(&e),
-                            "labelling failed; the pod's next pass labels it"),
-                    }
-                    writer.background.send_modify(|n| *n -= 1);
-                });
-                return;
-            }
-        };
-        let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
+        let (writer, writes_, pod_) = (self.clone(), writes.clone(), pod.clone());
+        match self.labels.claim(pod, job_id) {
+            Claim::Done | Claim::Wait(_) => {}
+            Claim::Send(ticket) => self.label_task(pod, job_id, async move {
+                // The semaphore is never closed; without a permit the patch is sent all the same.
+                let _slot = writer.label_slots.clone().acquire_owned().await.ok();
+                writer.send_label(&writes_, &pod_, &patch, ticket).await
+            }),
+            // Another job's label is in flight: this one goes after it, through `label`.
+            Claim::After(_) => self.label_task(pod, job_id, async move {
+                writer.label(&writes_, &pod_, job_id, clear_node).await
+            }),
+        }
+    }
+
+    /// Runs one label patch from a task of its own, counted in `background`.
+    fn label_task(
+        &self,
+        pod: &Pod,
+        job_id: u32,
+        send: impl std::future::Future<Output = Result<(), kube::Error>> + Send + 'static,
+    ) {
+        let (writer, key) = (self.clone(), pod_key(pod));
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
-            // The semaphore is never closed; without a permit the patch is sent all the same.
-            let slot = writer.label_slots.clone().acquire_owned().await.ok();
-            match writer.send_label(&writes, &pod, &patch, ticket).await {
-                Ok(()) => tracing::debug!(pod = %pod_key(&pod), job_id, "labelled"),
+            match send.await {
+                Ok(()) => tracing::debug!(pod = %key, job_id, "labelled"),
                 // Deleted meanwhile: its job is the sweep's and the next pass's business.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => tracing::warn!(pod = %pod_key(&pod), job_id,
+                Err(e) => tracing::warn!(pod = %key, job_id,
                     error = %crate::k8s::api_error::Brief(&e),
                     "labelling failed; the pod's next pass labels it"),
             }
-            drop(slot);
             writer.background.send_modify(|n| *n -= 1);
         });
     }

@@ -154,22 +154,19 @@ impl<S: Slurm> PodCtx<S> {
     /// The cached pods carrying job id label `value`: from the pod index (O(job)), or a scan
     /// where no index is kept (unit tests).
     fn pods_of_job(&self, value: &str) -> Vec<Arc<Pod>> {
-        match &self.caches.pod_groups {
+        let candidates: Vec<Arc<Pod>> = match &self.caches.pod_groups {
             Some(index) => index
                 .of_job(value)
                 .into_iter()
                 .filter_map(|(ns, name)| self.caches.pods.get(&ObjectRef::new(&name).within(&ns)))
-                // The store may hold a newer version than the index has seen.
-                .filter(|p| p.labels().get(LABEL_SLURM_JOBID).map(String::as_str) == Some(value))
                 .collect(),
-            None => self
-                .caches
-                .pods
-                .state()
-                .into_iter()
-                .filter(|p| p.labels().get(LABEL_SLURM_JOBID).map(String::as_str) == Some(value))
-                .collect(),
-        }
+            None => self.caches.pods.state(),
+        };
+        // Checked on each pod too: the store may hold a newer version than the index has seen.
+        candidates
+            .into_iter()
+            .filter(|p| p.labels().get(LABEL_SLURM_JOBID).map(String::as_str) == Some(value))
+            .collect()
     }
 
     fn backoff(&self, key: &str) -> Duration {
