@@ -51,6 +51,9 @@ pub struct Ctx<S> {
     pub failures: crate::backoff::Backoffs,
     /// True while this replica holds the leader lease (always, without leader election).
     pub leader: AtomicBool,
+    /// True from the start of a shutdown: the passes in flight may finish, a pass that starts
+    /// then does nothing (it could not finish, or undo its work, within the grace).
+    pub stopping: AtomicBool,
     /// Bumped when what placement reads of a node changes, to invalidate cached placements.
     pub node_generation: Arc<std::sync::atomic::AtomicU64>,
     /// Placements by pod constraints, valid for one node generation and one generation of the
@@ -162,6 +165,7 @@ impl<S: Slurm> Ctx<S> {
             sent: Default::default(),
             failures: pod_backoffs(),
             leader: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             placements: Default::default(),
             rejections: Default::default(),
             triggers: Default::default(),
@@ -275,6 +279,11 @@ impl<S: Slurm> Ctx<S> {
 
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::Relaxed)
+    }
+
+    /// Whether a pass may start work: this replica leads and is not shutting down.
+    pub fn may_start_pass(&self) -> bool {
+        self.is_leader() && !self.stopping.load(Ordering::SeqCst)
     }
 
     /// The wait after one more failure of a pod's pass.

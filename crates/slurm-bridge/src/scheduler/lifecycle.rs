@@ -52,6 +52,7 @@ impl<S: Slurm> Lifecycle<S> {
                 _ = until_leadership(&mut self.leader, true) => {}
             }
             tracing::info!("leading: scheduling");
+            self.ctx.stopping.store(false, Ordering::SeqCst);
             self.ctx.leader.store(true, Ordering::SeqCst);
             self.leading.send_replace(true);
             self.metrics.leader.set(1);
@@ -70,6 +71,7 @@ impl<S: Slurm> Lifecycle<S> {
                 TermEnd::Shutdown => {
                     // Readiness first, then no new pass; the passes in flight may finish.
                     self.ready.send_replace(false);
+                    self.ctx.stopping.store(true, Ordering::SeqCst);
                     let _ = stop_tx.send(true);
                     let grace = self.opts.shutdown_grace;
                     tracing::info!(?grace, "shutting down: letting the passes in flight finish");

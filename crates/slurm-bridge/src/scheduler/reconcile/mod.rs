@@ -83,9 +83,10 @@ pub async fn reconcile<S: Slurm>(
 
 async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
     tracing::trace!("pass started");
-    if !ctx.is_leader() {
+    if !ctx.may_start_pass() {
         // The controller runs only while this replica leads (scheduler/lifecycle.rs) and is dropped
-        // when leadership is lost; a pass that starts in between does nothing.
+        // when leadership is lost; a pass that starts in between, or once a shutdown has begun,
+        // does nothing (the next leader or the next start passes over the pod again).
         return Ok(Action::await_change());
     }
     if !is_bound(&pod) && pod.metadata.deletion_timestamp.is_some() {
@@ -101,6 +102,10 @@ async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, Recon
     };
     tracing::Span::current().record("group", tracing::field::display(&tr.group_key));
     let group = ctx.locks.lock(&tr.group_key).await;
+    if group.waited && !ctx.may_start_pass() {
+        // It waited for another pass of its group into a shutdown: it has done nothing yet.
+        return Ok(Action::await_change());
+    }
     if group.waited {
         // Another pass of this group ran meanwhile (labelled, bound...): read the group again.
         tr = match translate(&ctx.reader, &pod).await {

@@ -67,6 +67,7 @@ impl Harness {
             Metrics::new(&mut Default::default()),
         ));
         ctx.leader.store(world.leader, Ordering::Relaxed);
+        ctx.stopping.store(world.stopping, Ordering::Relaxed);
         ctx.slurm_nodes.refresh().await.expect("slurm nodes");
         let mut h = Harness {
             ctx,

@@ -43,6 +43,14 @@ async fn early_exits() {
             action: Expect::Await,
         },
         Row {
+            name: "a pass that starts once a shutdown has begun does nothing",
+            world: || one_pod().stopping(),
+            pod: "a",
+            slurm: &[],
+            kube: &[],
+            action: Expect::Await,
+        },
+        Row {
             name: "a bound pod is left alone",
             world: || World::nodes(&["n1"]).with(pod("a").bound_to("n1")),
             pod: "a",

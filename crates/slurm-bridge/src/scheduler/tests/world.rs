@@ -134,6 +134,8 @@ pub struct World {
     pub before: Vec<Step>,
     pub faults: Vec<Fault>,
     pub leader: bool,
+    /// A shutdown has begun (`Ctx::stopping`).
+    pub stopping: bool,
     /// The pod the pass is given when it is not the API server's (a cache behind the server).
     pub given: Option<Obj>,
 }
@@ -179,6 +181,11 @@ impl World {
         self
     }
 
+    pub fn stopping(mut self) -> World {
+        self.stopping = true;
+        self
+    }
+
     pub fn given(mut self, pod: Obj) -> World {
         self.given = Some(pod);
         self
@@ -195,6 +202,7 @@ impl Default for World {
             before: Vec::new(),
             faults: Vec::new(),
             leader: true,
+            stopping: false,
             given: None,
         }
     }
