@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use slurm_rest::models::JobState;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,12 +48,15 @@ pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option
     keep
 }
 
-/// A hash of a job description, to send a pending job's update only when it changed.
+/// A hash of a job description, to send a pending job's update only when it changed. It is
+/// kept in the job's admin_comment across restarts and upgrades, so it is FNV-1a over the JSON
+/// text, the same in every build (std's `DefaultHasher` may change with the Rust release, which
+/// would cost one update per pending job after an upgrade).
 pub(super) fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
     let text = serde_json::to_string(desc).unwrap_or_default();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// `desc` (with the group's admin_comment) as sent: its admin_comment also carries `hash`, the

@@ -132,6 +132,22 @@ fn an_update_clears_an_old_exclusion_and_keeps_a_current_one() {
     );
 }
 
+/// The hash a job's admin_comment carries is the same in every build and Rust release: a
+/// restarted or upgraded scheduler compares it with the one it computes.
+#[test]
+fn a_description_hash_is_stable_across_builds() {
+    let desc = slurm_rest::models::JobDescMsg {
+        name: Some("ns/pod".into()),
+        ..Default::default()
+    };
+    // FNV-1a of the JSON text; a different value here means every pending job is updated once
+    // after the upgrade that changed it.
+    let text = serde_json::to_string(&desc).unwrap();
+    assert_eq!(text, r#"{"name":"ns/pod"}"#);
+    assert_eq!(desc_hash(&desc), 0x5acd_9916_ab73_5c59);
+    assert_ne!(desc_hash(&desc), desc_hash(&Default::default()));
+}
+
 /// Issue 23: an incomplete gang is marked once its PodGroup's scheduleTimeoutSeconds passed;
 /// until then the pass looks again when the timeout falls due.
 #[test]
