@@ -9,6 +9,12 @@
 //! waiting on Slurm capacity are passed again and again (their condition writes, job changes, the
 //! resync), and with age alone every such pass of an older pod would rank ahead of the new one
 //! (kube-scheduler avoids it by parking tried pods in its unschedulable queue).
+//!
+//! Within a priority, a pass for a pod whose Slurm job was just allocated goes first
+//! ([`PodQueue::push_allocated`]): Slurm holds the nodes for it from now on, and its pass only
+//! binds (kube-scheduler's binding cycle, which waits for no scheduling queue). Allocations are
+//! bounded by Slurm's capacity, so this cannot starve new pods; in a burst it lets the first
+//! jobs' pods bind while later pods are still being submitted.
 
 use crate::sync::MutexExt;
 use futures::channel::mpsc;
@@ -26,6 +32,8 @@ const PRUNE_EVERY: u64 = 4096;
 /// One request waiting in the queue.
 struct Queued {
     priority: i32,
+    /// Queued because the pod's job was allocated ([`PodQueue::push_allocated`]).
+    allocated: bool,
     /// When the pod was last handed out (`State::handed`), 0 if never: smaller is sooner.
     served: u64,
     created: Option<Time>,
@@ -38,12 +46,14 @@ impl Queued {
         &self,
     ) -> (
         i32,
+        bool,
         std::cmp::Reverse<u64>,
         std::cmp::Reverse<Option<&Time>>,
         std::cmp::Reverse<u64>,
     ) {
         (
             self.priority,
+            self.allocated,
             std::cmp::Reverse(self.served),
             std::cmp::Reverse(self.created.as_ref()),
             std::cmp::Reverse(self.seq),
@@ -113,6 +123,16 @@ impl PodQueue {
 
     /// Queues a pass for `pod`, ranked by what the pod cache holds of it.
     pub(super) fn push(&self, pod: ObjectRef<Pod>) {
+        self.push_ranked(pod, false);
+    }
+
+    /// Queues a pass for `pod`, whose Slurm job was just allocated: ahead of the other pods of
+    /// its priority.
+    pub(super) fn push_allocated(&self, pod: ObjectRef<Pod>) {
+        self.push_ranked(pod, true);
+    }
+
+    fn push_ranked(&self, pod: ObjectRef<Pod>, allocated: bool) {
         let cached = self.pods.get(&pod);
         let priority = cached
             .as_ref()
@@ -127,6 +147,7 @@ impl PodQueue {
             let served = st.served.get(&pod).copied().unwrap_or(0);
             st.heap.push(Queued {
                 priority,
+                allocated,
                 served,
                 created,
                 seq,
@@ -309,6 +330,47 @@ mod tests {
         // Then the re-passes, least recently served first (old-01 was served before old-02...).
         let third = rx.next().await.unwrap();
         assert_eq!(third.name, "old-01");
+    }
+
+    /// A pass for a pod whose job was just allocated goes before the first passes of new pods
+    /// of its priority (in a burst, binds interleave with submits), never before a higher
+    /// priority.
+    #[tokio::test]
+    async fn an_allocated_pod_goes_before_new_pods_of_its_priority() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let mut new: Vec<Pod> = (0..20)
+            .map(|i| pod(&format!("new-{i:02}"), Some(0), "2026-01-01T00:00:00Z"))
+            .collect();
+        let allocated = pod("allocated", Some(0), "2026-01-02T00:00:00Z");
+        let high = pod("high", Some(10), "2026-01-03T00:00:00Z");
+        new.push(allocated.clone());
+        new.push(high.clone());
+        for p in &new {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(p.clone()));
+        }
+        let (tx, mut rx) = mpsc::unbounded();
+        let queue = PodQueue::new(store, 1, tx);
+        tokio::spawn(queue.clone().feed());
+        // The allocated pod was passed once (its submit); hold the worker with it.
+        queue.push(ObjectRef::from_obj(&allocated));
+        let held = rx.next().await.unwrap();
+        assert_eq!(held.name, "allocated");
+        for p in &new[..20] {
+            queue.push(ObjectRef::from_obj(p));
+        }
+        queue.push(ObjectRef::from_obj(&high));
+        queue.push_allocated(ObjectRef::from_obj(&allocated));
+        queue.done(&held);
+        let order: Vec<String> = {
+            let mut v = Vec::new();
+            for _ in 0..3 {
+                let r = rx.next().await.unwrap();
+                queue.done(&r);
+                v.push(r.name);
+            }
+            v
+        };
+        assert_eq!(order, ["high", "allocated", "new-00"]);
     }
 
     /// A pass in its binding stage frees its worker: the next pod is handed out while it

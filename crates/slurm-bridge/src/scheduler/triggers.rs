@@ -24,6 +24,13 @@ impl Triggers {
         }
     }
 
+    /// Sends a pass for a pod whose job was just allocated ([`PodQueue::push_allocated`]).
+    pub(super) fn send_allocated(&self, pod: ObjectRef<Pod>) {
+        if let Some(q) = self.0.locked().as_ref() {
+            q.push_allocated(pod);
+        }
+    }
+
     /// Sends a pass for each of `pods` (the queue ranks them).
     pub(super) fn send_all(&self, pods: &[Arc<Pod>]) {
         if let Some(q) = self.0.locked().as_ref() {
@@ -280,8 +287,15 @@ pub(super) async fn forward_job_events<S: Slurm>(
                 .count();
             metrics.pending_groups.set(pending as i64);
         }
+        let allocated =
+            matches!(&event, crate::slurm::JobEvent::Changed(j) if j.allocated_nodes().is_some());
         for (ns, name) in event.job().comment.pod_names() {
-            triggers.send(ObjectRef::new(name).within(ns));
+            let pod = ObjectRef::new(name).within(ns);
+            if allocated {
+                triggers.send_allocated(pod);
+            } else {
+                triggers.send(pod);
+            }
         }
     }
 }
