@@ -1,0 +1,295 @@
+//! What the options render: the pre-delete hook, the split and run modes, certificates,
+//! high availability, admission disabled, and the fixed quirks of the reference chart.
+
+use crate::support::{CASES, NAMESPACE, PREFIX, documents, find, kinds, render, strings};
+
+/// The pre-delete hook (issue 21): a Job running `release-finalizers` under its own
+/// ServiceAccount, with the Slurm token and config mounted as the Deployments have them; its
+/// objects are hooks (created before the Job, deleted after it succeeds); a value turns it off.
+#[test]
+fn the_pre_delete_hook_releases_finalizers() {
+    let name = format!("{PREFIX}-release-finalizers");
+    let docs = documents(&render(&[]));
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"] {
+        let d = find(&docs, kind, &name);
+        let a = &d["metadata"]["annotations"];
+        assert_eq!(a["helm.sh/hook"], "pre-delete", "{kind}");
+        assert_eq!(
+            a["helm.sh/hook-delete-policy"], "before-hook-creation,hook-succeeded",
+            "{kind}"
+        );
+    }
+    let weight = |kind: &str| -> i32 {
+        find(&docs, kind, &name)["metadata"]["annotations"]["helm.sh/hook-weight"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(weight("ServiceAccount") < weight("Job"));
+    assert!(weight("ClusterRoleBinding") < weight("Job"));
+    let job = find(&docs, "Job", &name);
+    let spec = &job["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], name);
+    assert_eq!(spec["restartPolicy"], "Never");
+    let c = &spec["containers"][0];
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "release-finalizers",
+            "--config=/etc/slurm-bridge/config.yaml"
+        ]
+    );
+    assert!(
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "SLURM_JWT_FILE")
+    );
+    let secret = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "slurm-token")
+        .expect("the Slurm token volume");
+    assert_eq!(secret["secret"]["secretName"], "slurm-bridge-token");
+    let binding = find(&docs, "ClusterRoleBinding", &name);
+    assert_eq!(binding["roleRef"]["name"], name);
+    assert_eq!(binding["subjects"][0]["name"], name);
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    // Rendered in both modes; --cancel-running by value; none when disabled.
+    let run = documents(&render(&["mode=run"]));
+    find(&run, "Job", &name);
+    let cancel = documents(&render(&["releaseFinalizers.cancelRunning=true"]));
+    let args =
+        strings(&find(&cancel, "Job", &name)["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.contains(&"--cancel-running".to_string()), "{args:?}");
+    let off = documents(&render(&["releaseFinalizers.enabled=false"]));
+    assert!(
+        !kinds(&off)
+            .iter()
+            .any(|k| k.ends_with("-release-finalizers")),
+        "disabled, yet rendered: {:?}",
+        kinds(&off)
+    );
+}
+
+#[test]
+fn the_options_render_what_they_say() {
+    // split: three Deployments, each with its ServiceAccount.
+    let docs = documents(&render(&[]));
+    for c in ["scheduler", "controllers", "admission"] {
+        let d = find(&docs, "Deployment", &format!("{PREFIX}-{c}"));
+        let spec = &d["spec"]["template"]["spec"];
+        assert_eq!(spec["serviceAccountName"], format!("{PREFIX}-{c}"));
+        assert_eq!(spec["containers"][0]["args"][0], c);
+        let checksum = d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+            .as_str()
+            .unwrap();
+        assert!(
+            checksum.len() == 64 && checksum.chars().all(|c| c.is_ascii_hexdigit()),
+            "{checksum}"
+        );
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+        let container = &spec["containers"][0];
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+        let env: Vec<&str> = container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        if c == "admission" {
+            // Admission does not call Slurm: no token.
+            assert!(!env.contains(&"SLURM_JWT_FILE"), "{env:?}");
+        } else {
+            let jwt = &container["env"][0];
+            assert_eq!(jwt["name"], "SLURM_JWT_FILE");
+            assert_eq!(jwt["value"], "/var/run/secrets/slurm/auth-token");
+            let vol = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "slurm-token")
+                .unwrap();
+            assert_eq!(vol["secret"]["secretName"], "slurm-bridge-token");
+            assert_eq!(vol["secret"]["items"][0]["key"], "auth-token");
+        }
+        find(&docs, "Service", &format!("{PREFIX}-{c}-metrics"));
+    }
+    assert!(
+        !kinds(&docs)
+            .iter()
+            .any(|k| k.starts_with("PodDisruptionBudget/"))
+    );
+    // cert-manager by default: the CA is injected, the serving certificate mounted.
+    let m = find(
+        &docs,
+        "MutatingWebhookConfiguration",
+        &format!("{PREFIX}-admission"),
+    );
+    assert_eq!(
+        m["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{NAMESPACE}/{PREFIX}-admission")
+    );
+    assert_eq!(m["webhooks"][0]["failurePolicy"], "Fail");
+    assert_eq!(
+        m["webhooks"][0]["rules"][0]["resources"],
+        serde_json::json!(["pods"])
+    );
+    let v = find(
+        &docs,
+        "ValidatingWebhookConfiguration",
+        &format!("{PREFIX}-admission"),
+    );
+    assert_eq!(
+        v["webhooks"][0]["rules"][0]["resources"],
+        serde_json::json!(["pods", "pods/resize"])
+    );
+    find(&docs, "Certificate", &format!("{PREFIX}-admission"));
+    let cm = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
+    let config = cm["data"]["config.yaml"].as_str().unwrap();
+    assert!(
+        config.contains("schedulerName: \"slurm-bridge-scheduler\""),
+        "{config}"
+    );
+    assert!(
+        config.contains("managedNamespaces:\n  - slurm-bridge"),
+        "{config}"
+    );
+    assert!(!config.contains("priorityClasses"), "{config}");
+    // priorityClasses reach config.yaml as given.
+    let docs = documents(&render(&[
+        "schedulerConfig.priorityClasses.high.qos=urgent",
+        "schedulerConfig.priorityClasses.high.priority=1000",
+    ]));
+    let cm = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
+    let config = cm["data"]["config.yaml"].as_str().unwrap();
+    assert!(
+        config.contains("priorityClasses:\n  high:\n    priority: 1000\n    qos: urgent\n"),
+        "{config}"
+    );
+
+    // run: one Deployment, its ServiceAccount bound to the three components' roles.
+    let docs = documents(&render(&["mode=run"]));
+    let deployments: Vec<_> = kinds(&docs)
+        .into_iter()
+        .filter(|k| k.starts_with("Deployment/"))
+        .collect();
+    assert_eq!(deployments, vec![format!("Deployment/{PREFIX}-run")]);
+    let run = find(&docs, "Deployment", &format!("{PREFIX}-run"));
+    let args = &run["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[0], "run");
+    assert!(
+        args.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--cert-dir=/var/run/slurm-bridge/certs")
+    );
+    let svc = find(&docs, "Service", &format!("{PREFIX}-admission"));
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "run"
+    );
+
+    // Self-managed certificates: the bridge's own flags, a writable cert dir, no cert-manager.
+    let docs = documents(&render(&["admission.certManager.enabled=false"]));
+    assert!(
+        !kinds(&docs)
+            .iter()
+            .any(|k| k.starts_with("Certificate/") || k.starts_with("Issuer/"))
+    );
+    let adm = find(&docs, "Deployment", &format!("{PREFIX}-admission"));
+    let spec = &adm["spec"]["template"]["spec"];
+    let args: Vec<&str> = spec["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&format!("--webhook-configurations={PREFIX}-admission").as_str()),
+        "{args:?}"
+    );
+    // The CA is shared through a Secret, so more than one replica serves one CA.
+    assert!(
+        args.contains(&format!("--self-signed-ca-secret={PREFIX}-admission-ca").as_str()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(
+            &format!("--self-signed-names={PREFIX}-admission,{PREFIX}-admission.{NAMESPACE},{PREFIX}-admission.{NAMESPACE}.svc,{PREFIX}-admission.{NAMESPACE}.svc.cluster.local").as_str()
+        ),
+        "{args:?}"
+    );
+    let certs = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "certs")
+        .unwrap();
+    assert!(certs["emptyDir"].is_object(), "{certs}");
+    let m = find(
+        &docs,
+        "MutatingWebhookConfiguration",
+        &format!("{PREFIX}-admission"),
+    );
+    assert!(m["metadata"]["annotations"].is_null());
+
+    // High availability: PDBs only over more than one replica.
+    let docs = documents(&render(CASES[4].1));
+    let pdb = find(
+        &docs,
+        "PodDisruptionBudget",
+        &format!("{PREFIX}-controllers"),
+    );
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"]["minAvailable"].is_null());
+    let pdb = find(&docs, "PodDisruptionBudget", &format!("{PREFIX}-scheduler"));
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+
+    // Admission disabled: no webhook objects at all.
+    let docs = documents(&render(&["admission.enabled=false"]));
+    assert!(
+        !kinds(&docs).iter().any(|k| k.contains("admission")),
+        "{:?}",
+        kinds(&docs)
+    );
+}
+
+/// Reference quirk 19: the controllers Deployment took `admission.resources`, and the scheduler's
+/// objects were always named `slurm-bridge-scheduler` (a duplicated name helper).
+#[test]
+fn chart_quirks_are_fixed() {
+    let docs = documents(&render(&[
+        "fullnameOverride=bridge",
+        "controllers.resources.limits.memory=256Mi",
+        "admission.resources.limits.memory=64Mi",
+    ]));
+    let ctl = find(&docs, "Deployment", "bridge-controllers");
+    assert_eq!(
+        ctl["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "256Mi"
+    );
+    let adm = find(&docs, "Deployment", "bridge-admission");
+    assert_eq!(
+        adm["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "64Mi"
+    );
+    for kind in [
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ] {
+        find(&docs, kind, "bridge-scheduler");
+    }
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "slurm-bridge-scheduler"),
+        "an object still has the hard-coded name"
+    );
+}
