@@ -10,7 +10,6 @@ pub(crate) fn write_certs(dir: &std::path::Path) -> String {
     sm.ca_bundle().unwrap()
 }
 
-/// One HTTPS request over a fresh connection: (status, body, leaf certificate DER).
 /// A TLS connection to the test server at `addr`, trusting `ca_pem`.
 async fn tls_connect(
     addr: std::net::SocketAddr,
