@@ -120,9 +120,10 @@ impl<S: Slurm> Lifecycle<S> {
             self.ctx.pods.clone(),
         )
         // The workers decide (the queue hands out no more than they are); as many passes again
-        // may be in their binding stage, sending Bindings ([`PodQueue::binding_stage`]).
+        // may be in their binding stage sending Bindings, and as many waiting for their turn to
+        // ([`PodQueue::binding_stage`]).
         .with_config(
-            ControllerConfig::default().concurrency(self.opts.concurrency.saturating_mul(2)),
+            ControllerConfig::default().concurrency(self.opts.concurrency.saturating_mul(3)),
         )
         .reconcile_on(queue)
         .graceful_shutdown_on(until_true(stop.clone()))

@@ -171,19 +171,21 @@ impl PodQueue {
     }
 
     /// The pass of `pod` has decided and only writes from now on (its Bindings: the binding
-    /// cycle of kube-scheduler): it stops counting against the workers, so the next pod's pass
-    /// starts while the API server answers. At most `workers` passes are in that stage at once;
-    /// the permit is held until the pass's writes are done (dropped with it).
+    /// cycle of kube-scheduler): it stops counting against the workers at once, so the next
+    /// pod's pass starts while this one waits for its turn and the API server answers. At most
+    /// `workers` passes write at once; the permit is held until the pass's writes are done
+    /// (dropped with it).
     pub(super) async fn binding_stage(&self, pod: &ObjectRef<Pod>) -> Option<OwnedSemaphorePermit> {
-        // The semaphore is never closed.
-        let permit = self.binding.clone().acquire_owned().await.ok();
-        let mut st = self.state.locked();
-        if st.outstanding.remove(pod) {
-            st.released.insert(pod.clone());
-            drop(st);
-            self.wake.notify_one();
+        {
+            let mut st = self.state.locked();
+            if st.outstanding.remove(pod) {
+                st.released.insert(pod.clone());
+                drop(st);
+                self.wake.notify_one();
+            }
         }
-        permit
+        // The semaphore is never closed.
+        self.binding.clone().acquire_owned().await.ok()
     }
 
     /// Hands queued pods to the controller, best first, while it has free workers; runs until
@@ -373,8 +375,9 @@ mod tests {
         assert_eq!(order, ["high", "allocated", "new-00"]);
     }
 
-    /// A pass in its binding stage frees its worker: the next pod is handed out while it
-    /// writes; its end frees nothing more, and the stage itself is bounded by the workers.
+    /// A pass in its binding stage frees its worker, before it waits for its turn to write: the
+    /// next pod is handed out meanwhile; its end frees nothing more, and the writing part of
+    /// the stage is bounded by the workers.
     #[tokio::test]
     async fn a_pass_binding_frees_its_worker_once() {
         let (store, mut writer) = reflector::store::<Pod>();
@@ -416,9 +419,15 @@ mod tests {
         )
         .await;
         assert!(stage_b.is_err(), "more passes binding than workers");
+        // Waiting for the permit, b holds no worker: c's pass starts meanwhile.
+        let c = tokio::time::timeout(std::time::Duration::from_secs(5), rx.next())
+            .await
+            .expect("a pass waiting to bind held its worker");
+        assert_eq!(c.unwrap().name, "c");
         drop(stage_a);
         let _stage_b = queue.binding_stage(&b).await;
-        assert_eq!(rx.next().await.unwrap().name, "c");
+        queue.done(&b);
+        assert!(quiet(&mut rx).await, "b's end freed a worker a second time");
     }
 
     /// The service records of pods gone from the cache do not pile up over a long term.
