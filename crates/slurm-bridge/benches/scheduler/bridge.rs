@@ -66,6 +66,8 @@ pub(crate) fn spawn_bridge(
             out.push(format!("-{n}-{command}"));
             let mut c = Command::new("heaptrack");
             c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_slurm-bridge"));
+            // Its own process group, which `Killed` ends as a whole.
+            std::os::unix::process::CommandExt::process_group(&mut c, 0);
             c
         }
         None => Command::new(env!("CARGO_BIN_EXE_slurm-bridge")),

@@ -71,7 +71,22 @@ pub(crate) async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 pub(crate) struct Killed(pub(crate) Child);
 impl Drop for Killed {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // Under heaptrack the child is a wrapper script (started in a process group of its
+        // own) whose child is the bridge: the bridge gets SIGTERM, so it ends (killing the
+        // wrapper alone left it running) and heaptrack writes its profile.
+        if std::env::var_os("BENCH_HEAPTRACK").is_some() {
+            let _ = std::process::Command::new("pkill")
+                .args([
+                    "-TERM",
+                    "-g",
+                    &self.0.id().to_string(),
+                    "-x",
+                    "slurm-bridge",
+                ])
+                .status();
+        } else {
+            let _ = self.0.kill();
+        }
         let _ = self.0.wait();
     }
 }

@@ -88,12 +88,17 @@ pub async fn publish<K>(client: &kube::Client, reporter: &Reporter, object: &K, 
 where
     K: Resource<DynamicType = ()>,
 {
-    let reason = what.reason.to_string();
-    let event = build(reporter, object, what);
+    post(client, &build(reporter, object, what)).await
+}
+
+/// Creates an Event made by [`build`] (a background sender keeps the small Event, not the
+/// object it is about); a failure is logged as a warning and never fails the caller.
+pub async fn post(client: &kube::Client, event: &Event) {
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    if let Err(e) = api.create(&PostParams::default(), &event).await {
-        tracing::warn!(error = %e, object = %object.name_any(), reason, "publishing an event failed");
+    if let Err(e) = api.create(&PostParams::default(), event).await {
+        let object = event.regarding.as_ref().and_then(|r| r.name.as_deref());
+        tracing::warn!(error = %e, object, reason = event.reason.as_deref(), "publishing an event failed");
     }
 }
 

@@ -433,7 +433,9 @@ impl PodWriter {
 
     /// As [`PodWriter::event`], from a task of its own: the caller (a bind) does not wait for the
     /// Event, which no decision reads, so a pass ends one request sooner. At most
-    /// [`BACKGROUND_EVENTS`] are sent at once, first come first sent.
+    /// [`BACKGROUND_EVENTS`] are sent at once, first come first sent. The Event is made now
+    /// (its time is the caller's) and the task keeps only it, not a copy of the pod: in a burst
+    /// thousands wait for their turn.
     pub fn event_in_background(
         &self,
         writes: &KubeWrites,
@@ -441,14 +443,33 @@ impl PodWriter {
         reason: &'static str,
         note: String,
     ) {
-        let (writer, writes, pod) = (self.clone(), writes.clone(), pod.clone());
+        let event = crate::k8s::events::build(
+            &self.reporter(),
+            pod,
+            crate::k8s::events::Note {
+                warning: false,
+                action: "Scheduling",
+                reason,
+                note,
+            },
+        );
+        let (writer, writes) = (self.clone(), writes.clone());
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
             // The semaphore is never closed; without a permit the Event is sent all the same.
             let _slot = writer.event_slots.clone().acquire_owned().await.ok();
-            writer.event(&writes, &pod, false, reason, note).await;
+            writes.inc(write_kind::EVENT);
+            crate::k8s::events::post(&writer.client, &event).await;
             writer.background.send_modify(|n| *n -= 1);
         });
+    }
+
+    /// Who this writer's Events say reported them.
+    fn reporter(&self) -> crate::k8s::events::Reporter {
+        crate::k8s::events::Reporter {
+            controller: self.scheduler_name.clone(),
+            instance: self.instance.clone(),
+        }
     }
 
     /// Returns once no Event or label patch is being sent in the background (tests, shutdown).
@@ -468,17 +489,13 @@ impl PodWriter {
         note: String,
     ) {
         writes.inc(write_kind::EVENT);
-        let reporter = crate::k8s::events::Reporter {
-            controller: self.scheduler_name.clone(),
-            instance: self.instance.clone(),
-        };
         let note = crate::k8s::events::Note {
             warning,
             action,
             reason,
             note,
         };
-        crate::k8s::events::publish(&self.client, &reporter, pod, note).await;
+        crate::k8s::events::publish(&self.client, &self.reporter(), pod, note).await;
     }
 
     /// The bridge toleration this writer adds.
