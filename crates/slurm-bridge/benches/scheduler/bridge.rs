@@ -58,7 +58,9 @@ pub(crate) fn spawn_bridge(
     // BENCH_HEAPTRACK=<prefix>: the process runs under heaptrack, its profile in
     // `<prefix>-<n>-<command>` (n counts the processes of the run); the peak RSS printed is then
     // heaptrack's wrapper's, not the bridge's.
-    let mut cmd = match std::env::var_os("BENCH_HEAPTRACK") {
+    let heaptrack = std::env::var_os("BENCH_HEAPTRACK");
+    let wrapped = heaptrack.is_some();
+    let mut cmd = match heaptrack {
         Some(prefix) => {
             static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -66,7 +68,7 @@ pub(crate) fn spawn_bridge(
             out.push(format!("-{n}-{command}"));
             let mut c = Command::new("heaptrack");
             c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_slurm-bridge"));
-            // Its own process group, which `Killed` ends as a whole.
+            // A process group of its own, in which `Killed` finds the bridge.
             std::os::unix::process::CommandExt::process_group(&mut c, 0);
             c
         }
@@ -95,7 +97,7 @@ pub(crate) fn spawn_bridge(
         .unwrap_or_else(|e| panic!("start slurm-bridge {command}: {e}"));
     Scheduler {
         pid: child.id(),
-        _child: Killed(child),
+        _child: Killed { child, wrapped },
         port,
     }
 }

@@ -67,27 +67,30 @@ pub(crate) async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-/// A child process killed (and reaped) when dropped.
-pub(crate) struct Killed(pub(crate) Child);
+/// A child process killed (and reaped) when dropped. `wrapped`: the child is heaptrack's
+/// wrapper script, started in a process group of its own, whose child is the bridge.
+pub(crate) struct Killed {
+    pub(crate) child: Child,
+    pub(crate) wrapped: bool,
+}
 impl Drop for Killed {
     fn drop(&mut self) {
-        // Under heaptrack the child is a wrapper script (started in a process group of its
-        // own) whose child is the bridge: the bridge gets SIGTERM, so it ends (killing the
-        // wrapper alone left it running) and heaptrack writes its profile.
-        if std::env::var_os("BENCH_HEAPTRACK").is_some() {
+        if self.wrapped {
+            // The bridge gets SIGTERM, so it ends (killing the wrapper alone left it running)
+            // and heaptrack writes its profile.
             let _ = std::process::Command::new("pkill")
                 .args([
                     "-TERM",
                     "-g",
-                    &self.0.id().to_string(),
+                    &self.child.id().to_string(),
                     "-x",
                     "slurm-bridge",
                 ])
                 .status();
         } else {
-            let _ = self.0.kill();
+            let _ = self.child.kill();
         }
-        let _ = self.0.wait();
+        let _ = self.child.wait();
     }
 }
 

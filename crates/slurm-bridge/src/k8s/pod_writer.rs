@@ -51,6 +51,9 @@ pub struct PodWriter {
     event_slots: Arc<tokio::sync::Semaphore>,
 }
 
+/// The action of the scheduler's Events about pods.
+const SCHEDULING: &str = "Scheduling";
+
 /// Background Events sent at once. Few, as client-go's event broadcaster sends them one at a
 /// time: in a burst the API server serves the label patches and Bindings first, which a pod
 /// waits for, and the Events (which no decision reads) queue behind them, in bind order.
@@ -427,7 +430,7 @@ impl PodWriter {
         reason: &str,
         note: String,
     ) {
-        self.event_for("Scheduling", writes, pod, warning, reason, note)
+        self.event_for(SCHEDULING, writes, pod, warning, reason, note)
             .await
     }
 
@@ -443,16 +446,7 @@ impl PodWriter {
         reason: &'static str,
         note: String,
     ) {
-        let event = crate::k8s::events::build(
-            &self.reporter(),
-            pod,
-            crate::k8s::events::Note {
-                warning: false,
-                action: "Scheduling",
-                reason,
-                note,
-            },
-        );
+        let event = self.build_event(SCHEDULING, pod, false, reason, note);
         let (writer, writes) = (self.clone(), writes.clone());
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
@@ -464,12 +458,26 @@ impl PodWriter {
         });
     }
 
-    /// Who this writer's Events say reported them.
-    fn reporter(&self) -> crate::k8s::events::Reporter {
-        crate::k8s::events::Reporter {
+    /// The Event about `pod` this writer reports, for `action` (what the reporter did).
+    fn build_event(
+        &self,
+        action: &str,
+        pod: &Pod,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) -> k8s_openapi::api::events::v1::Event {
+        let reporter = crate::k8s::events::Reporter {
             controller: self.scheduler_name.clone(),
             instance: self.instance.clone(),
-        }
+        };
+        let note = crate::k8s::events::Note {
+            warning,
+            action,
+            reason,
+            note,
+        };
+        crate::k8s::events::build(&reporter, pod, note)
     }
 
     /// Returns once no Event or label patch is being sent in the background (tests, shutdown).
@@ -489,13 +497,8 @@ impl PodWriter {
         note: String,
     ) {
         writes.inc(write_kind::EVENT);
-        let note = crate::k8s::events::Note {
-            warning,
-            action,
-            reason,
-            note,
-        };
-        crate::k8s::events::publish(&self.client, &self.reporter(), pod, note).await;
+        let event = self.build_event(action, pod, warning, reason, note);
+        crate::k8s::events::post(&self.client, &event).await;
     }
 
     /// The bridge toleration this writer adds.
