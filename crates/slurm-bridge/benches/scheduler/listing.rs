@@ -2,8 +2,8 @@
 //!
 //! `--pods` external jobs naming one pod each (as the bridge's) on `--nodes` nodes, most of them
 //! pending; then, one after the other: `GET /jobs/state/`, `GET /job/{id}` for every job at 16
-//! in flight (the watcher's first listing since issue 22), and the one `GET /jobs/` it made
-//! before (no client timeout, no retries); each with slurmrestd's RSS after it.
+//! in flight (the watcher's first listing since issue 22), then at 4 and at 64, and the one
+//! `GET /jobs/` it made before (no client timeout, no retries); each with slurmrestd's RSS after.
 
 use crate::args::Args;
 use crate::env::start_slurm;
@@ -51,21 +51,25 @@ pub(crate) async fn listing(a: &Args) {
         t.elapsed().as_secs_f64(),
         slurmrestd_rss_mib(&port)
     );
-    let t = Instant::now();
-    let fetched = futures::stream::iter(states.iter().map(|s| s.job_id))
-        .map(|id| {
-            let rest = rest.clone();
-            async move { rest.job(id).await.is_ok() }
-        })
-        .buffer_unordered(16)
-        .filter(|ok| std::future::ready(*ok))
-        .count()
-        .await;
-    report!(
-        "GET /job/{{id}} x {fetched}, 16 in flight: {:.2} s; slurmrestd RSS {:.0} MiB",
-        t.elapsed().as_secs_f64(),
-        slurmrestd_rss_mib(&port)
-    );
+    // The watcher's 16 in flight, and more: what slurmrestd's threads make of more at once.
+    for in_flight in [16, 4, 64] {
+        let t = Instant::now();
+        let fetched = futures::stream::iter(states.iter().map(|s| s.job_id))
+            .map(|id| {
+                let rest = rest.clone();
+                async move { rest.job(id).await.is_ok() }
+            })
+            .buffer_unordered(in_flight)
+            .filter(|ok| std::future::ready(*ok))
+            .count()
+            .await;
+        let took = t.elapsed().as_secs_f64();
+        report!(
+            "GET /job/{{id}} x {fetched}, {in_flight} in flight: {took:.2} s ({:.0}/s); slurmrestd RSS {:.0} MiB",
+            fetched as f64 / took,
+            slurmrestd_rss_mib(&port)
+        );
+    }
     let t = Instant::now();
     let jobs = rest.jobs(None).await.expect("GET /jobs/").jobs;
     report!(

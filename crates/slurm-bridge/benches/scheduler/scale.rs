@@ -48,10 +48,15 @@ pub(crate) async fn scale(a: &Args) {
 }
 
 /// Waits for `s`'s first pass over all `n` pods (`reconcile_passes_total` >= n) and prints how
-/// long that took from its start and its peak RSS; then stops it.
+/// long that took from its start, when it was ready (its caches synced: the first Slurm listing
+/// read) and its peak RSS; then when the writes its passes queued (reports) were all sent.
 async fn first_pass(s: Scheduler, n: u32, what: &str) {
     let started = Instant::now();
+    let mut ready = None;
     let m = loop {
+        if ready.is_none() && matches!(http_get(s.port, "/readyz").await, Some((200, _))) {
+            ready = Some(started.elapsed());
+        }
         let m = http_get(s.port, "/metrics")
             .await
             .map(|x| x.1)
@@ -61,9 +66,12 @@ async fn first_pass(s: Scheduler, n: u32, what: &str) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let done = started.elapsed();
+    let ready = ready.unwrap_or(done);
     report!(
-        "{what}: first pass over all {n} pods done {:.2} s after the start; peak RSS {:.1} MiB",
-        started.elapsed().as_secs_f64(),
+        "{what}: first pass over all {n} pods done {:.2} s after the start (ready, its caches synced, at {:.2} s); peak RSS {:.1} MiB",
+        done.as_secs_f64(),
+        ready.as_secs_f64(),
         vm_hwm_kib(s.pid) as f64 / 1024.0
     );
     let list = |v: Vec<(String, f64)>| {
@@ -76,5 +84,26 @@ async fn first_pass(s: Scheduler, n: u32, what: &str) {
         "  until then: Slurm REST calls {}; Kubernetes writes {}",
         list(slurm_requests_by_endpoint(&m)),
         list(kube_writes(&m))
+    );
+    // The writes still queued then (reports and their Events): the time of the last one, once
+    // the count has not moved for 2 s (at most 5 minutes).
+    let total = |m: &str| kube_writes(m).iter().map(|w| w.1).sum::<f64>();
+    let (at_pass, mut last, mut last_at) = (total(&m), total(&m), started.elapsed());
+    while started.elapsed() < last_at + Duration::from_secs(2)
+        && started.elapsed() < Duration::from_secs(300)
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = http_get(s.port, "/metrics")
+            .await
+            .map(|x| total(&x.1))
+            .unwrap_or(last);
+        if now != last {
+            (last, last_at) = (now, started.elapsed());
+        }
+    }
+    println!(
+        "  then {} more writes (queued reports and their Events), the last {:.2} s after the start",
+        last - at_pass,
+        last_at.as_secs_f64()
     );
 }

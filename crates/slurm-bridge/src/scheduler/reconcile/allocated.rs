@@ -72,17 +72,17 @@ pub(super) async fn bind_group<S: Slurm>(
         GangStatus::Complete => {
             let alone = tr.alone(pod);
             let message = format!("{why}; a Slurm job of its own is submitted for this pod");
-            report(ctx, pod, reason::OUTSIDE_GROUP_ALLOCATION, &message).await;
+            report(ctx, pod, reason::OUTSIDE_GROUP_ALLOCATION, &message);
             Box::pin(schedule_alone(ctx, pod, &alone, None)).await
         }
         GangStatus::Closed { .. } => {
             let message = format!("{why}; {}: no new job is submitted", gang.message());
-            report(ctx, pod, reason::POD_GROUP_CLOSED, &message).await;
+            report(ctx, pod, reason::POD_GROUP_CLOSED, &message);
             Ok(Action::requeue(Duration::from_secs(30)))
         }
         GangStatus::Incomplete { .. } => {
             let message = format!("{why}; {}: {}", gang.message(), gang_count(gang, tr));
-            report(ctx, pod, reason::WAITING_FOR_GANG, &message).await;
+            report(ctx, pod, reason::WAITING_FOR_GANG, &message);
             Ok(Action::requeue(Duration::from_secs(30)))
         }
     }

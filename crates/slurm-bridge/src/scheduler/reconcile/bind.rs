@@ -93,7 +93,7 @@ async fn allocated_nodes<S: Slurm>(
                 "Slurm job {} has a malformed node list {nodes:?}: {e}",
                 job.job_id
             );
-            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message);
             return Err(ReconcileError::NodeList {
                 job_id: job.job_id,
                 nodes: nodes.to_string(),
@@ -111,7 +111,7 @@ async fn allocated_nodes<S: Slurm>(
                     "; the job was cancelled and the group is submitted again without {missing}"
                 ));
             }
-            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message).await;
+            report(ctx, pod, reason::ALLOCATION_UNMAPPED, &message);
             Err(e.into())
         }
     }
@@ -197,7 +197,7 @@ async fn plan_claims<S: Slurm>(
             let target = who
                 .and_then(|k| members.iter().find(|p| pod_key(p) == k).copied())
                 .unwrap_or(pod);
-            report(ctx, target, claims::REASON_CLAIM_FAILED, &message).await;
+            report(ctx, target, claims::REASON_CLAIM_FAILED, &message);
             Err(e.into())
         }
     }
@@ -227,7 +227,7 @@ async fn bind_one<S: Slurm>(
             }
             Err(e) => {
                 let message = format!("Slurm job {} on node {node}: {e}", job.job_id);
-                report(ctx, p, claims::REASON_CLAIM_FAILED, &message).await;
+                report(ctx, p, claims::REASON_CLAIM_FAILED, &message);
                 return Err(ReconcileError::Claim(e));
             }
         },
@@ -255,7 +255,7 @@ async fn bind_one<S: Slurm>(
                 job.job_id,
                 crate::k8s::api_error::Brief(&e)
             );
-            report(ctx, p, reason::BINDING_FAILED, &message).await;
+            report(ctx, p, reason::BINDING_FAILED, &message);
             Err(e.into())
         }
     }

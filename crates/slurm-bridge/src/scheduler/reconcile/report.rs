@@ -9,22 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use std::time::Duration;
 
-/// Shows a scheduling problem on the pod: the PodScheduled=False condition and a Warning event
-/// (only when the condition changes, so a waiting pod does not collect thousands of events).
-pub(super) async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
-    match ctx
-        .writer
-        .set_unschedulable(&ctx.metrics.kube_writes, pod, why, message)
-        .await
-    {
-        Ok(true) => {}
-        // The pod already shows it: no second event.
-        Ok(false) => return,
-        // Still worth an Event: the user sees the reason there.
-        Err(e) => {
-            tracing::warn!(reason = why, error = %e, "setting PodScheduled=False failed");
-        }
-    }
+/// Shows a scheduling problem on the pod: the PodScheduled=False condition and an Event (only
+/// when the condition changes, so a waiting pod does not collect thousands of events). Queued
+/// for the pod writer's report workers: the pass does not wait for the two writes.
+pub(super) fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message: &str) {
     let warning = ![
         reason::SLURM_JOB_PENDING,
         reason::SLURM_JOB_SUSPENDED,
@@ -32,14 +20,7 @@ pub(super) async fn report<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, why: &str, message
     ]
     .contains(&why);
     ctx.writer
-        .event(
-            &ctx.metrics.kube_writes,
-            pod,
-            warning,
-            why,
-            message.to_string(),
-        )
-        .await;
+        .report(&ctx.metrics.kube_writes, pod, why, message, warning);
 }
 
 /// The pod's group could not be worked out: shown on the pod; retried with backoff when the
@@ -59,7 +40,7 @@ pub(super) async fn translation_failed<S: Slurm>(
         reason::TRANSLATION_FAILED
     };
     let message = e.to_string();
-    report(ctx, pod, why, &message).await;
+    report(ctx, pod, why, &message);
     if transient {
         return Err(e.into());
     }
@@ -80,6 +61,6 @@ pub(super) async fn slurm_failed<S: Slurm>(
     } else {
         why
     };
-    report(ctx, pod, why, &e.to_string()).await;
+    report(ctx, pod, why, &e.to_string());
     Err(e.into())
 }

@@ -153,7 +153,7 @@ pub(super) async fn submit<S: Slurm>(
     let desc = match job_desc(ctx, tr) {
         Ok(d) => d,
         Err((why, message)) => {
-            report(ctx, pod, why, &message).await;
+            report(ctx, pod, why, &message);
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };
@@ -245,7 +245,7 @@ pub(super) async fn still_rejected<S: Slurm>(
     let still = ctx
         .rejections()
         .check(&tr.group_key, fingerprint, std::time::Instant::now())?;
-    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &still.message).await;
+    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &still.message);
     Some(Action::requeue(still.retry_in))
 }
 
@@ -265,6 +265,6 @@ pub(super) async fn rejected<S: Slurm>(
         message.clone(),
         std::time::Instant::now(),
     );
-    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &message).await;
+    report(ctx, pod, reason::SLURM_SUBMIT_FAILED, &message);
     Action::requeue(rejection::RETRY_AFTER)
 }

@@ -123,7 +123,7 @@ pub(super) async fn prepare<S: Slurm>(
             Err(e) => {
                 let message =
                     format!("Slurm job {job_id} on node {node_name}: binding volumes failed: {e}");
-                report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message).await;
+                report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message);
                 return Err(ReconcileError::Volume(e));
             }
         };
@@ -150,7 +150,7 @@ pub(super) async fn prepare<S: Slurm>(
                 progress.total,
                 progress.waiting.join(", ")
             );
-            report(ctx, pod, reason::WAITING_FOR_VOLUMES, &message).await;
+            report(ctx, pod, reason::WAITING_FOR_VOLUMES, &message);
             continue;
         }
         // As kube-scheduler after bindTimeoutSeconds: take back what was reserved and schedule
@@ -166,7 +166,7 @@ pub(super) async fn prepare<S: Slurm>(
             ctx.volume_bind_timeout
         );
         tracing::warn!(job_id, "volume binding timed out");
-        report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message).await;
+        report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message);
         ctx.slurm.cancel(job_id).await?;
         return Ok(gate);
     }

@@ -42,7 +42,7 @@ pub(super) async fn pending<S: Slurm>(
             // allowed to) and the pod says why it may wait.
             label_all(ctx, tr, job.job_id).await?;
             let message = format!("{message}; Slurm job {} stays pending", job.job_id);
-            report(ctx, pod, why, &message).await;
+            report(ctx, pod, why, &message);
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };
@@ -91,7 +91,7 @@ pub(super) async fn pending<S: Slurm>(
         }
         Some(why) => {
             let message = format!("Slurm job {} is pending: {why}", job.job_id);
-            report(ctx, pod, reason::SLURM_JOB_PENDING, &message).await;
+            report(ctx, pod, reason::SLURM_JOB_PENDING, &message);
             Ok(Action::requeue(Duration::from_secs(30)))
         }
         // The watcher reports the reason (or the allocation) when it comes.
@@ -106,7 +106,7 @@ pub(super) async fn suspended<S: Slurm>(ctx: &Ctx<S>, pod: &Pod, job: &WatchedJo
         "Slurm job {} is suspended; the pod is bound when it resumes",
         job.job_id
     );
-    report(ctx, pod, reason::SLURM_JOB_SUSPENDED, &message).await;
+    report(ctx, pod, reason::SLURM_JOB_SUSPENDED, &message);
     Action::requeue(Duration::from_secs(30))
 }
 
@@ -128,7 +128,7 @@ pub(super) async fn shrunk_while_pending<S: Slurm>(
             "the gang {} shrank below its minimum; cancelling its pending Slurm job {} failed: {e}",
             tr.group_key, job.job_id
         );
-        report(ctx, pod, reason::SLURM_CANCEL_FAILED, &message).await;
+        report(ctx, pod, reason::SLURM_CANCEL_FAILED, &message);
         return Err(e.into());
     }
     ctx.watcher.refresh(job.job_id).await?;
@@ -145,7 +145,7 @@ pub(super) async fn shrunk_while_pending<S: Slurm>(
                 job.job_id,
                 crate::k8s::api_error::Brief(&e)
             );
-            report(ctx, p, reason::SCHEDULER_ERROR, &message).await;
+            report(ctx, p, reason::SCHEDULER_ERROR, &message);
             return Err(e.into());
         }
     }
@@ -156,7 +156,7 @@ pub(super) async fn shrunk_while_pending<S: Slurm>(
         gang_count(gang, tr),
         job.job_id
     );
-    report(ctx, pod, reason::WAITING_FOR_GANG, &message).await;
+    report(ctx, pod, reason::WAITING_FOR_GANG, &message);
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
@@ -195,7 +195,7 @@ pub(super) async fn not_ready<S: Slurm>(
         },
         GangStatus::Complete => (reason::WAITING_FOR_GANG, gang.message()),
     };
-    report(ctx, pod, why, &message).await;
+    report(ctx, pod, why, &message);
     // Arrivals of the other pods reconcile the group; look again now and then regardless, and
     // when a gang's timeout falls due, so its mark comes on time.
     let again = match (gang, incomplete_wait(tr.gang_timeout, unix_now())) {

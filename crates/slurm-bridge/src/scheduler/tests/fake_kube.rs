@@ -111,6 +111,8 @@ struct State_ {
     writes: Vec<KubeWrite>,
     resource_version: u64,
     failures: Vec<Failure>,
+    /// Requests whose path ends so wait for a permit of the semaphore before they are answered.
+    held: Vec<(String, Arc<tokio::sync::Semaphore>)>,
 }
 
 /// The fake API server.
@@ -313,6 +315,14 @@ impl FakeKube {
         });
     }
 
+    /// Requests whose path ends with `path_end` wait, from now on, until the returned semaphore
+    /// gives a permit (one per request): a write held in flight while others go ahead.
+    pub fn hold(&self, path_end: &str) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.state().held.push((path_end.to_string(), gate.clone()));
+        gate
+    }
+
     /// No more injected failures.
     pub fn heal(&self) {
         self.state().failures.clear();
@@ -459,6 +469,15 @@ async fn handle(State(kube): State<Arc<FakeKube>>, req: Request) -> Response {
         .await
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let gate = kube
+        .state()
+        .held
+        .iter()
+        .find(|(end, _)| path.ends_with(end.as_str()))
+        .map(|(_, gate)| gate.clone());
+    if let Some(gate) = gate {
+        gate.acquire().await.expect("never closed").forget();
+    }
     let (_, response) = kube.answer(&method, &path, &query, &body);
     if method != Method::GET {
         kube.state().writes.push(KubeWrite {

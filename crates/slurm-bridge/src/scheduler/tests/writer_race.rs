@@ -116,3 +116,96 @@ async fn a_label_in_flight_is_waited_for_not_sent_twice() {
     assert_eq!(labels(&h), 1, "one label patch");
     assert_eq!(writes.of(crate::k8s::writes::write_kind::LABEL), 1);
 }
+
+/// Reports go to the report workers and the pass goes on. A report queued when the next pass
+/// binds the pod is dropped, one in flight lands before the Binding, and one from a pass still
+/// holding an unbound copy is not taken: a bound pod never shows PodScheduled=False.
+#[tokio::test]
+async fn a_queued_report_never_lands_after_the_binding() {
+    for in_flight in [false, true] {
+        let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
+        let writes = &h.ctx.metrics.kube_writes;
+        let read = h.pod("a");
+        let gate = h.kube.hold("/pods/a/status");
+        let pending = "Slurm job 1 is pending: Priority";
+        h.ctx
+            .writer
+            .report(writes, &read, "SlurmJobPending", pending, false);
+        let bound = if in_flight {
+            // The worker has sent the status patch; the API server has not answered yet.
+            while writes.of(crate::k8s::writes::write_kind::CONDITION) == 0 {
+                tokio::task::yield_now().await;
+            }
+            let bind = tokio::spawn({
+                let (writer, writes, read) = (h.ctx.writer.clone(), writes.clone(), read.clone());
+                async move { writer.bind(&writes, &read, "n1").await }
+            });
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            gate.add_permits(1);
+            bind.await.unwrap()
+        } else {
+            // No worker has run yet: the report is still queued.
+            gate.add_permits(1);
+            h.ctx.writer.bind(writes, &read, "n1").await
+        };
+        assert!(bound.expect("bind"));
+        h.ctx.writer.report(
+            writes,
+            &read,
+            "SlurmJobPending",
+            "from an older copy",
+            false,
+        );
+        h.ctx.writer.background_done().await;
+        let w = h.kube.writes();
+        let bind_at = w
+            .iter()
+            .position(|x| x.starts_with("bind "))
+            .expect("bound");
+        assert!(
+            w[bind_at..].iter().all(|x| !x.starts_with("condition ")),
+            "a condition after the Binding (in flight: {in_flight}): {w:?}"
+        );
+        let conditions = w.iter().filter(|x| x.starts_with("condition ")).count();
+        assert_eq!(conditions, usize::from(in_flight), "{w:?}");
+        let scheduled = h
+            .pod("a")
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| c.status);
+        assert_eq!(scheduled.as_deref(), Some("True"), "in flight: {in_flight}");
+    }
+}
+
+/// The same report twice, the second from a pass whose copy of the pod does not show the first
+/// yet: one status patch and one Event.
+#[tokio::test]
+async fn a_report_is_sent_once_while_the_cache_catches_up() {
+    let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let read = h.pod("a");
+    let pending = "Slurm job 1 is pending: Priority";
+    h.ctx
+        .writer
+        .report(writes, &read, "SlurmJobPending", pending, false);
+    h.ctx.writer.background_done().await;
+    h.ctx
+        .writer
+        .report(writes, &read, "SlurmJobPending", pending, false);
+    h.ctx.writer.background_done().await;
+    use crate::k8s::writes::write_kind::{CONDITION, EVENT};
+    assert_eq!((writes.of(CONDITION), writes.of(EVENT)), (1, 1));
+    // A new reason is sent.
+    h.ctx.writer.report(
+        writes,
+        &read,
+        "SlurmJobPending",
+        "Slurm job 1 is pending: Resources",
+        false,
+    );
+    h.ctx.writer.background_done().await;
+    assert_eq!((writes.of(CONDITION), writes.of(EVENT)), (2, 2));
+}

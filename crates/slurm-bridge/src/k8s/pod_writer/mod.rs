@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use report_queue::ReportQueue;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,6 +50,8 @@ pub struct PodWriter {
     background: Arc<tokio::sync::watch::Sender<usize>>,
     /// Background Events in flight at once ([`BACKGROUND_EVENTS`]).
     event_slots: Arc<tokio::sync::Semaphore>,
+    /// PodScheduled=False reports for [`REPORT_WORKERS`] to send ([`PodWriter::report`]).
+    reports: Arc<ReportQueue>,
 }
 
 /// The action of the scheduler's Events about pods.
@@ -63,6 +66,13 @@ pub const BACKGROUND_EVENTS: usize = 2;
 /// scheduler's default workers: the label patches of a burst are in flight beside its Bindings,
 /// not all at once in front of them.
 pub const BACKGROUND_LABELS: usize = 64;
+
+/// Tasks sending the queued PodScheduled=False reports ([`PodWriter::report`]), each one
+/// request at a time: fewer than the label patches and Bindings a pod waits for.
+pub const REPORT_WORKERS: usize = 16;
+
+mod report_queue;
+mod reports;
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
@@ -86,6 +96,7 @@ impl PodWriter {
             bound: Default::default(),
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
+            reports: Arc::default(),
         }
     }
 
@@ -113,18 +124,21 @@ impl PodWriter {
             }
         }
         self.labels.seen(pod);
+        self.reports.seen(&key, pod.metadata.uid.as_deref());
     }
 
     /// Forgets what is kept about a pod (it was deleted).
     pub fn forget_pod(&self, key: &str) {
         self.labels.forget(key);
         self.bound().remove(key);
+        self.reports.forget(key);
     }
 
     /// Keeps what is kept only for the pods `keep` accepts (after a relist of the pods).
     pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) {
         self.labels.retain(&keep);
         self.bound().retain(|key, _| keep(key));
+        self.reports.retain(&keep);
     }
 
     /// Labels a pod with its job id, adds the finalizer once and the bridge toleration once, and
@@ -323,6 +337,8 @@ impl PodWriter {
                 node: node.to_string(),
             },
         );
+        // From now on `report` takes nothing for the pod; one in flight lands first.
+        self.reports.bind(&key).await;
         let outcome = self.post_binding(writes, pod, node).await;
         if outcome.is_err() {
             self.bound().remove(&key);
@@ -376,46 +392,6 @@ impl PodWriter {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Sets PodScheduled=False with `reason` and `message`, unless the pod already shows exactly
-    /// that; returns whether it wrote.
-    pub async fn set_unschedulable(
-        &self,
-        writes: &KubeWrites,
-        pod: &Pod,
-        reason: &str,
-        message: &str,
-    ) -> Result<bool, kube::Error> {
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
-        if current.is_some_and(|c| {
-            c.status == "False"
-                && c.reason.as_deref() == Some(reason)
-                && c.message.as_deref() == Some(message)
-        }) {
-            return Ok(false);
-        }
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let patch = json!({"status": {"conditions": [{
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now.to_string(),
-        }]}});
-        writes.inc(write_kind::CONDITION);
-        api_for(&self.client, pod)
-            .patch_status(
-                &pod.name_any(),
-                &params(&self.scheduler_name),
-                &Patch::Strategic(&patch),
-            )
-            .await
-            .map(|_| true)
     }
 
     /// Records an `events.k8s.io/v1` Event on the pod; failures are logged, never fatal. Plain
@@ -480,10 +456,11 @@ impl PodWriter {
         crate::k8s::events::build(&reporter, pod, note)
     }
 
-    /// Returns once no Event or label patch is being sent in the background (tests, shutdown).
+    /// Returns once no Event, label patch or report is being sent in the background (tests).
     pub async fn background_done(&self) {
         let mut rx = self.background.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
+        self.reports.idle().await;
     }
 
     /// As [`PodWriter::event`], for another `action` (what the reporter did).
