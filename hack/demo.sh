@@ -160,7 +160,7 @@ wait_for() {
 }
 cargo_warm=
 [ -x "$bin/slurm-bridge" ] && [ -x "$st" ] && [ -x "$kt" ] && cargo_warm=1
-step "builds, side by side (cached after the first run; the first demo takes 11-15 minutes in all on 2 idle cores, longer on a busy machine)"
+step "builds, side by side (cached after the first run; the first demo took 7.5 minutes in all on 2 idle cores, longer on a busy machine)"
 cargo_build slurm-testenv "about 30 s (and the crates' download)" --bin slurm-testenv
 echo "    Slurm root file system (slurm-testenv prepare): cached, else the first time about a minute with debootstrap"
 in_background slurm-testenv "$work/slurm-testenv-prepare.log" "$st" prepare

@@ -6,7 +6,7 @@
 # and the JobSet, LeaderWorkerSet, Kubeflow Trainer and Kueue controllers from their Go modules
 # (about 25 minutes on 2 cores, module downloads included; helm for the chart tests about 3
 # more), and compiles the workspace; later runs reuse all of it. (hack/demo.sh alone builds only
-# its own set: its first run takes 11-15 minutes on 2 idle cores, docs/performance.md.)
+# its own set: its first run took 7.5 minutes on 2 idle cores, docs/performance.md.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"

@@ -161,6 +161,26 @@ impl ReportQueue {
         Pushed::Queued { start_worker }
     }
 
+    /// The caller's copy of the pod shows `report` already, which is what it should show: a
+    /// different report queued is dropped, and one being sent is followed by this one again.
+    pub fn shown(&self, key: &str, target: &Target, report: Report) {
+        let mut inner = self.inner.locked();
+        let Some(entry) = inner
+            .pods
+            .get_mut(key)
+            .filter(|e| e.target.uid == target.uid)
+        else {
+            return;
+        };
+        if entry.sending.as_ref().is_some_and(|s| *s != report) {
+            // Sent after the copy was read: the copy's report goes back on top of it.
+            entry.asked_on = vec![target.resource_version.clone()];
+            entry.wanted = Some(report);
+        } else if entry.wanted.as_ref().is_some_and(|w| *w != report) {
+            entry.wanted = None;
+        }
+    }
+
     /// The next report to send, or `None` when there is none: the calling worker then ends.
     pub fn next(&self) -> Option<Job> {
         let mut inner = self.inner.locked();
@@ -354,6 +374,22 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_showing_what_it_should_show_cancels_another_report() {
+        let q = ReportQueue::default();
+        q.push("ns/a", version("1", "10"), report("B"), 4);
+        // A later pass's copy shows A, and A is right again: B is not sent.
+        q.shown("ns/a", &version("1", "11"), report("A"));
+        assert!(q.next().is_none(), "B was dropped");
+        assert_eq!(q.outstanding(), 0);
+        // C is being sent when a pass whose copy shows A decides A: A goes again after C.
+        q.push("ns/a", version("1", "12"), report("C"), 4);
+        let job = q.next().unwrap();
+        q.shown("ns/a", &version("1", "12"), report("A"));
+        q.finished(job, true);
+        assert_eq!(q.next().expect("A again").report.reason, "A");
+    }
+
+    #[test]
     fn a_report_written_over_is_sent_again() {
         let q = ReportQueue::default();
         q.push("ns/a", version("1", "10"), report("A"), 4);
@@ -372,7 +408,10 @@ mod tests {
             );
         }
         // Version 13 does not show A: another writer's status patch replaced it.
-        assert_ne!(q.push("ns/a", version("1", "13"), report("A"), 4), Pushed::Skipped);
+        assert_ne!(
+            q.push("ns/a", version("1", "13"), report("A"), 4),
+            Pushed::Skipped
+        );
     }
 
     #[test]

@@ -23,18 +23,6 @@ impl PodWriter {
         message: &str,
         warning: bool,
     ) {
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
-        if current.is_some_and(|c| {
-            c.status == "False"
-                && c.reason.as_deref() == Some(reason)
-                && c.message.as_deref() == Some(message)
-        }) {
-            return;
-        }
         let key = pod_key(pod);
         if self.bound().get(&key).is_some_and(|b| b.uid == pod.uid()) {
             return;
@@ -50,6 +38,20 @@ impl PodWriter {
             message: message.to_string(),
             warning,
         };
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        }) {
+            // Nothing to write, but nothing older may land after this either.
+            self.reports.shown(&key, &target, report);
+            return;
+        }
         if let Pushed::Queued { start_worker: true } =
             self.reports.push(&key, target, report, REPORT_WORKERS)
         {
