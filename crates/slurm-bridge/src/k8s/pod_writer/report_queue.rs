@@ -183,26 +183,40 @@ impl ReportQueue {
 
     /// The next report to send, or `None` when there is none: the calling worker then ends.
     pub fn next(&self) -> Option<Job> {
+        let (job, dropped) = self.take_next();
+        if dropped {
+            // A queued entry whose report was dropped is done with: waiters look again.
+            self.changed.send_modify(|n| *n += 1);
+        }
+        job
+    }
+
+    /// [`ReportQueue::next`] under the lock; also says whether it passed over a queued entry
+    /// whose report was dropped meanwhile.
+    fn take_next(&self) -> (Option<Job>, bool) {
         let mut inner = self.inner.locked();
         let inner = &mut *inner;
+        let mut dropped = false;
         while let Some((key, id)) = inner.order.pop_front() {
             let Some(entry) = inner.pods.get_mut(&key).filter(|e| e.id == id && e.queued) else {
                 continue;
             };
             entry.queued = false;
             let Some(report) = entry.wanted.take() else {
+                dropped = true;
                 continue;
             };
             entry.sending = Some(report.clone());
-            return Some(Job {
+            let job = Job {
                 key,
                 id,
                 target: entry.target.clone(),
                 report,
-            });
+            };
+            return (Some(job), dropped);
         }
         inner.workers -= 1;
-        None
+        (None, dropped)
     }
 
     /// A worker sent `job` (`landed`: the status patch succeeded). A newer report that came
@@ -371,6 +385,28 @@ mod tests {
             Pushed::Skipped,
             "B failed: sent again"
         );
+    }
+
+    #[tokio::test]
+    async fn idle_returns_once_a_dropped_report_is_passed_over() {
+        let q = std::sync::Arc::new(ReportQueue::default());
+        q.push("ns/a", version("1", "10"), report("B"), 4);
+        q.shown("ns/a", &version("1", "11"), report("A"));
+        assert_eq!(
+            q.outstanding(),
+            1,
+            "still queued until a worker passes over it"
+        );
+        let idle = tokio::spawn({
+            let q = q.clone();
+            async move { q.idle().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(q.next().is_none());
+        tokio::time::timeout(std::time::Duration::from_secs(5), idle)
+            .await
+            .expect("idle() woke up")
+            .unwrap();
     }
 
     #[test]
