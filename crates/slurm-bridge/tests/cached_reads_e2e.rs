@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -17,6 +16,7 @@ use serde_json::json;
 use slurm_bridge::caches::objects::ObjectCaches;
 use slurm_bridge::caches::pod_groups::PodGroupIndex;
 use slurm_bridge::caches::reader::{CachedReader, PodReads};
+use slurm_bridge::k8s::slim_pod::Pod;
 use slurm_bridge::workload::kube_reader::KubeReader;
 use slurm_bridge::workload::{ObjectRef, ReadError, Translation, WorkloadReader, translate};
 

@@ -150,7 +150,7 @@ async fn kube_reader_translates_like_the_manifest_reader() {
         let name = pod.metadata.name.as_deref().unwrap();
         let live: k8s_openapi::api::core::v1::Pod =
             Api::namespaced(client.clone(), ns).get(name).await.unwrap();
-        let from_kube = translate(&kube, &live)
+        let from_kube = translate(&kube, &(&live).into())
             .await
             .unwrap_or_else(|e| panic!("{ns}/{name}: {e}"));
         let from_files = translate(&manifests, pod).await.unwrap();

@@ -11,10 +11,11 @@ pub mod pod_groups;
 pub mod reader;
 
 use crate::k8s::node::placement_fingerprint;
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::{JobWatcher, JobWatcherConfig, SlurmJobs, SlurmNodeCache, SlurmNodes};
 use crate::sync::Subscribers;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
@@ -547,7 +548,7 @@ async fn reflect_slices<S>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::k8s::slim_pod::Pod;
 
     fn pod(name: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

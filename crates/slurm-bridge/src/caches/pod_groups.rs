@@ -8,13 +8,13 @@
 //! in step with the store before the change reaches any subscriber, and rebuilt from the store
 //! after a relist.
 
+use crate::k8s::slim_pod::Pod;
 use crate::sync::RwLockExt;
 use crate::wellknown::{
     LABEL_COSCHEDULING_POD_GROUP, LABEL_KUEUE_POD_GROUP_NAME, LABEL_LWS_GROUP_KEY,
     LABEL_SLURM_JOBID,
 };
 use crate::workload::kinds::podgroup::pod_group_name;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use std::collections::{BTreeSet, HashMap};

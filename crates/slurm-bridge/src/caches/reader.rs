@@ -9,10 +9,10 @@
 
 use super::objects::ObjectCaches;
 use super::pod_groups::{GROUP_LABELS, Membership, PodGroupIndex};
+use crate::k8s::slim_pod::Pod;
 use crate::workload::kube_reader::KubeReader;
 use crate::workload::reader::labels_match;
 use crate::workload::{ObjectRef, ReadError, WorkloadReader};
-use k8s_openapi::api::core::v1::Pod;
 use kube::core::{DynamicObject, TypeMeta};
 use kube::runtime::reflector::{self, Store};
 use std::collections::BTreeMap;

@@ -11,10 +11,10 @@
 //! - the bridge's finalizer is removed from every pod that holds it, live or not.
 
 use crate::config::Config;
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::{JobControl, SlurmJobs};
 use crate::wellknown::{FINALIZER, LABEL_SLURM_JOBID};
 use crate::workload::kinds::is_terminal;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;

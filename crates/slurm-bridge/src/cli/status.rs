@@ -3,11 +3,11 @@
 
 use super::process::slurm_client;
 use crate::config::Config;
+use crate::k8s::slim_pod::Pod;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::admin_comment::AdminComment;
 use crate::workload::kinds::{is_terminal, parse_job_id};
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use slurm_rest::models::JobInfo;

@@ -169,7 +169,7 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
 
 /// A translation error for the pod's line: without the pod's own name a second time when the
 /// bad annotations are the pod's own (a bare pod); with the object they came from otherwise.
-fn pod_error(pod: &k8s_openapi::api::core::v1::Pod, e: &TranslateError) -> String {
+fn pod_error(pod: &crate::k8s::slim_pod::Pod, e: &TranslateError) -> String {
     match e {
         TranslateError::Annotations {
             source_object,

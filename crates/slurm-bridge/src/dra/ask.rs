@@ -1,9 +1,9 @@
 //! What a pod asks of DRA extended resources (`deviceclass.resource.kubernetes.io/<class>`).
 
 use super::DraError;
+use crate::k8s::slim_pod::Pod;
 use crate::resources::quantity::Quantity;
 use crate::wellknown::{DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX};
-use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 
 /// What a pod asks of DRA extended resources.

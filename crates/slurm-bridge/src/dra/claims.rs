@@ -14,8 +14,9 @@
 
 use crate::dra::{self, DeviceAsk, DraError, NodeAllocation, NodeInventory};
 use crate::k8s::pod_key;
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::SlurmJobs;
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceClass,
     DeviceRequestAllocationResult, ResourceClaim, ResourceClaimConsumerReference,

@@ -1,7 +1,7 @@
 //! Table tests of the DRA device logic.
 
 use super::*;
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use proptest::prelude::*;
 use serde_json::json;

@@ -105,7 +105,8 @@ pub async fn post(client: &kube::Client, event: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, Pod};
+    use crate::k8s::slim_pod::Pod;
+    use k8s_openapi::api::core::v1::Node;
 
     fn reporter() -> Reporter {
         Reporter {

@@ -4,8 +4,8 @@
 //! such a copy of the pod, read from a cache that had not caught up, writes nothing).
 
 use crate::k8s::pod_key;
+use crate::k8s::slim_pod::Pod;
 use crate::sync::MutexExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

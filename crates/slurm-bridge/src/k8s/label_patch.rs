@@ -4,8 +4,8 @@
 //! already, so its patch is metadata-only (the label), which the API server applies without
 //! a spec update; pods created without the webhook get all of it here.
 
+use crate::k8s::slim_pod::Pod;
 use crate::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, merge_toleration};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
 //! Pod facts every component reads: its key, and whether and where it is bound.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 /// `ns/name` of a pod: the key every cache, lock, log line and admin_comment uses for it.
 pub fn pod_key(pod: &Pod) -> String {

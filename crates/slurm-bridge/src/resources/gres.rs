@@ -1,6 +1,6 @@
 //! GRES (`tres_per_node`) from device-plugin GPUs and DRA extended resources (reference §4.8).
 
-use k8s_openapi::api::core::v1::PodSpec;
+use crate::k8s::slim_pod::PodSpec;
 
 use super::pod_resources::{ResourceError, pod_limits};
 use super::quantity::Quantity;
@@ -96,7 +96,8 @@ pub fn gres_times(gres: &str, n: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use crate::k8s::slim_pod::Container;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQ;
 
     fn pod(limits: &[(&str, &str)]) -> PodSpec {

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use crate::k8s::slim_pod::{Container, PodSpec};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 
 use super::quantity::{Quantity, QuantityError};
 

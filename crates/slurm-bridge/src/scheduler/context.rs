@@ -6,10 +6,11 @@ use crate::caches::CacheHandles;
 use crate::caches::reader::CachedReader;
 use crate::config::Config;
 use crate::k8s::PodWriter;
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::{JobEvent, JobWatcher, SlurmNodeCache};
 use crate::sync::MutexExt;
 use crate::workload::ir::pod_key;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use std::collections::HashMap;
@@ -174,7 +175,7 @@ impl<S: Slurm> Ctx<S> {
 
     /// The placement for pods with these constraints, computed at most once per node
     /// generation and Slurm node names generation.
-    pub fn placement(&self, pods: &[k8s_openapi::api::core::v1::Pod]) -> Arc<CachedPlacement> {
+    pub fn placement(&self, pods: &[crate::k8s::slim_pod::Pod]) -> Arc<CachedPlacement> {
         use super::feasibility::{constraints_key, place};
         let slurm = self.slurm_nodes.snapshot();
         let valid_for = (

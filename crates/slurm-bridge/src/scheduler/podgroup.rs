@@ -8,9 +8,9 @@
 use super::context::{Ctx, Slurm};
 use super::reason;
 use crate::k8s::is_bound;
+use crate::k8s::slim_pod::Pod;
 use crate::workload::Translation;
 use crate::workload::ir::pod_key;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
 use std::time::Duration;

@@ -16,9 +16,9 @@
 //! bounded by Slurm's capacity, so this cannot starve new pods; in a burst it lets the first
 //! jobs' pods bind while later pods are still being submitted.
 
+use crate::k8s::slim_pod::Pod;
 use crate::sync::MutexExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::cmp::Ordering;

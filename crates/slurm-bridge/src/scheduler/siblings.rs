@@ -4,9 +4,9 @@
 //! they number, not a scan of every cached pod (which made a burst of N pods O(N²)).
 
 use crate::k8s::is_bound;
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::reason::WAITING_FOR_GANG;
 use crate::wellknown::LABEL_SLURM_JOBID;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
 

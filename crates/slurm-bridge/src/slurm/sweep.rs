@@ -3,8 +3,8 @@
 //! runs it, and so do the controllers when they run without the scheduler (split mode), since
 //! components never import each other.
 
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::{JobControl, JobWatcher, SlurmJobs, WatchedJob};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::sync::Arc;

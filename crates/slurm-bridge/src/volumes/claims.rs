@@ -1,6 +1,7 @@
 //! The PersistentVolumeClaims a pod needs: named claims and generic ephemeral volumes.
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use crate::k8s::slim_pod::Pod;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use super::error::VolumeError;
 

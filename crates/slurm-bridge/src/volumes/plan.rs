@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::k8s::slim_pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 
 use super::error::VolumeError;
 use super::matching::{claim_modes, claim_request, claim_volume_mode, pick};

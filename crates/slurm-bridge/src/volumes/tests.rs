@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use crate::k8s::slim_pod::Pod;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
 use super::*;

@@ -2,7 +2,7 @@
 //! that stands for it. This is where a pod group is turned into a Slurm job description's
 //! inputs; [`super::job_desc`] makes the slurmrestd request from the result.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::annotations;
 use super::ir::{JobInfo, SlurmJobIr, Unpacked, pod_key};

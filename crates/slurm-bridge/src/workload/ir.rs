@@ -1,7 +1,7 @@
 //! The intermediate representation: the pods one external job stands for and the Slurm
 //! job parameters derived from the workload, its pods and its annotations (reference §4.1).
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use serde::Serialize;
 
 use super::reader::ObjectRef;

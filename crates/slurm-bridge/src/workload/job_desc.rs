@@ -112,10 +112,10 @@ impl Translation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::slim_pod::Pod;
     use crate::workload::GangStatus;
     use crate::workload::ir::JobInfo;
     use crate::workload::reader::ObjectRef;
-    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;
 
@@ -205,7 +205,7 @@ mod tests {
 
     fn pod_of_class(name: &str, class: &str, priority: i32) -> Pod {
         let mut p = pod(name);
-        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        p.spec = Some(crate::k8s::slim_pod::PodSpec {
             priority_class_name: Some(class.into()),
             priority: Some(priority),
             ..Default::default()

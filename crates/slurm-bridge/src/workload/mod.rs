@@ -164,14 +164,14 @@ impl Translation {
 
     /// The group key of the job `pod` gets on its own when its group's allocation does not
     /// cover it: `<group key>/alone/<ns>/<name>`.
-    pub fn alone_key(group_key: &str, pod: &k8s_openapi::api::core::v1::Pod) -> String {
+    pub fn alone_key(group_key: &str, pod: &crate::k8s::slim_pod::Pod) -> String {
         format!("{group_key}/alone/{}", ir::pod_key(pod))
     }
 
     /// This translation narrowed to `pod` alone, for the job it gets when its group's allocation
     /// does not cover it: the group's parameters and annotations, one node, no gang (and one
     /// pod's memory and GRES when the group packs several pods per node).
-    pub fn alone(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Translation {
+    pub fn alone(&self, pod: &crate::k8s::slim_pod::Pod) -> Translation {
         let current = ir::pod_key(pod);
         let pod = self
             .ir
@@ -266,7 +266,7 @@ mod trimmed_tests;
 #[cfg(test)]
 mod translation_tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::k8s::slim_pod::Pod;
 
     fn pod(name: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use kube::core::DynamicObject;
 use serde::de::DeserializeOwned;
 

@@ -1,10 +1,10 @@
 //! The caches keep only what translation reads ([`super::read_fields`] for owners and groups,
-//! [`crate::k8s::trim::pod`] for pods): every fixture translates through such trimmed objects
+//! [`crate::k8s::slim_pod::Pod`] and [`crate::k8s::trim::pod`] for pods): every fixture translates through such trimmed objects
 //! exactly as through the full ones.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use kube::core::{DynamicObject, TypeMeta};
 
 use super::manifest_reader::ManifestReader;

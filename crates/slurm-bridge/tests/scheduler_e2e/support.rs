@@ -84,7 +84,7 @@ pub async fn passes_over_alone<S: Slurm>(
     what: &str,
     seen: impl Fn(&Pod) -> bool,
 ) {
-    let key = ObjectRef::<Pod>::new(name).within(e2e::NS);
+    let key = ObjectRef::<slurm_bridge::k8s::slim_pod::Pod>::new(name).within(e2e::NS);
     e2e::wait_until(
         &format!("the scheduler's pod cache holds {name} {what}"),
         BIND_TIMEOUT,
@@ -94,7 +94,7 @@ pub async fn passes_over_alone<S: Slurm>(
                 .handles
                 .pods
                 .get(&key)
-                .is_some_and(|p| seen(&p))
+                .is_some_and(|p| seen(&as_full(&p)))
         },
     )
     .await;
@@ -185,4 +185,11 @@ pub async fn label_of(env: &Env, name: &str) -> Option<u32> {
     kube::ResourceExt::labels(&p)
         .get(slurm_bridge::wellknown::LABEL_SLURM_JOBID)
         .and_then(|l| l.parse().ok())
+}
+
+/// A cached pod as k8s-openapi's type, for the checks the e2e helpers make on live pods.
+fn as_full(p: &slurm_bridge::k8s::slim_pod::Pod) -> Pod {
+    serde_json::to_value(p)
+        .and_then(serde_json::from_value)
+        .expect("a cached pod decodes as a full one")
 }

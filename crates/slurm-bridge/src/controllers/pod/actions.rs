@@ -3,8 +3,8 @@
 
 use super::decide::{Cause, JobView};
 use super::{PodCtx, PodError};
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::Slurm;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;

@@ -12,6 +12,7 @@ pub mod decide;
 use crate::caches::{CacheHandles, Change};
 use crate::controllers::metrics::ControllerMetrics;
 use crate::k8s::PodWriter;
+use crate::k8s::slim_pod::Pod;
 use crate::slurm::Slurm;
 use crate::slurm::{JobEvent, WatchedJob};
 use crate::sync::MutexExt;
@@ -21,7 +22,7 @@ use crate::workload::kinds::{is_terminal, jobid_label, parse_job_id};
 use decide::{JobView, Member, Plan};
 use futures::StreamExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -126,7 +127,7 @@ impl<S: Slurm> PodCtx<S> {
         let node = crate::k8s::bound_node(pod);
         let loss = node.and_then(|n| self.node_loss(n));
         let status = pod.status.as_ref();
-        let running = |list: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        let running = |list: Option<&Vec<crate::k8s::slim_pod::ContainerStatus>>| {
             list.into_iter()
                 .flatten()
                 .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))

@@ -7,11 +7,12 @@ use super::label_memo::{Claim, LabelMemo, LabelTicket};
 use super::label_patch::label_patch;
 use super::writes::{KubeWrites, write_kind};
 use crate::k8s::pod_key;
+use crate::k8s::slim_pod::Pod;
 use crate::sync::MutexExt;
 use crate::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration,
 };
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -529,7 +530,7 @@ mod tests {
         );
         assert!(!w.bind_posted(&pod("a", "u2", "11"), "n1"), "another pod");
         let mut bound = pod("a", "u1", "12");
-        bound.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        bound.spec = Some(crate::k8s::slim_pod::PodSpec {
             node_name: Some("n1".into()),
             ..Default::default()
         });

@@ -4,8 +4,8 @@
 use super::report_queue::{Job, Pushed, Report, Target};
 use super::{PodWriter, REPORT_WORKERS, SCHEDULING, params};
 use crate::k8s::pod_key;
+use crate::k8s::slim_pod::Pod;
 use crate::k8s::writes::{KubeWrites, write_kind};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};

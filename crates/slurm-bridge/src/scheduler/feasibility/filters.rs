@@ -4,10 +4,11 @@
 use super::Infeasible;
 use super::Shortfall;
 use crate::k8s::selector::term_matches;
+use crate::k8s::slim_pod::Pod;
 use crate::resources::Quantity;
 use crate::resources::pod_resources::{ResourceList, pod_requests};
 use crate::wellknown::DEVICECLASS_PREFIX;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 /// What a node's allocatable must hold for a pod (NodeResourcesFit): every positive effective
 /// request (containers, init containers and sidecars, overhead, pod-level resources; see

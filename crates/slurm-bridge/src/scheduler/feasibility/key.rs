@@ -1,7 +1,7 @@
 //! The key placements are cached under: what of a pod decides where it may run.
 
 use super::fit_requests;
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 /// What of a pod decides where it may run: its nodeSelector, required node affinity,
 /// tolerations and effective requests ([`fit_requests`]), as a hashable key (pods of a Job or a

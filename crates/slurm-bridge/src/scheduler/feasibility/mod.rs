@@ -24,9 +24,10 @@ pub use infeasible::{Infeasible, Shortfall};
 pub use key::constraints_key;
 
 use crate::k8s::node::slurm_node_name;
+use crate::k8s::slim_pod::Pod;
 use crate::resources::Quantity;
 use crate::resources::pod_resources::ResourceList;
-use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::api::core::v1::{Node, Toleration};
 use std::collections::BTreeSet;
 
 /// The outcome of filtering the cluster's nodes for a group of pods.

@@ -3,9 +3,10 @@
 use super::infeasible::show;
 use super::*;
 use crate::k8s::node::placement_fingerprint;
+use crate::k8s::slim_pod::Pod;
 use crate::resources::Quantity;
 use crate::wellknown::{TAINT_MANAGED_NODE, managed_node_toleration};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 use super::ReconcileError;
 use super::report::report;
 use crate::dra::claims::{self, ClaimPlan, ClaimWriter};
+use crate::k8s::slim_pod::Pod;
 use crate::k8s::{bound_node, is_bound};
 use crate::scheduler::assign;
 use crate::scheduler::context::{Ctx, Slurm};
@@ -14,7 +15,6 @@ use crate::slurm::WatchedJob;
 use crate::wellknown::ANNOTATION_SLURM_NODE;
 use crate::workload::Translation;
 use crate::workload::ir::pod_key;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 

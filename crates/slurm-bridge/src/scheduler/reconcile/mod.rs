@@ -27,6 +27,7 @@ mod waiting;
 
 use crate::dra::claims::ClaimError;
 use crate::k8s::is_bound;
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::assign::AssignError;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::slurm::WatchedJob;
@@ -34,7 +35,6 @@ use crate::workload::ir::pod_key;
 use crate::workload::kinds::is_terminal;
 use crate::workload::{GangStatus, TranslateError, Translation, translate};
 use allocated::{alone_job, bind_group, schedule_alone};
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use report::translation_failed;
 use rules::{Step, step};

@@ -2,10 +2,10 @@
 //! own text, and an Event when that changes.
 
 use super::ReconcileError;
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::workload::TranslateError;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 
 use super::ReconcileError;
 use super::report::{report, slurm_failed};
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;
@@ -14,7 +15,6 @@ use crate::workload::Translation;
 use crate::workload::admin_comment::AdminComment;
 use crate::workload::ir::pod_key;
 use crate::workload::job_desc::admin_comment;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use slurm_rest::models::JobState;

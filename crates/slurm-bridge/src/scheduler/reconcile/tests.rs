@@ -3,11 +3,11 @@
 use super::rules::{Step, step};
 use super::submit::{as_update, desc_hash};
 use super::*;
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::podgroup::all_bound;
 use crate::slurm::WatchedJob;
 use crate::workload::GangStatus;
 use crate::workload::admin_comment::AdminComment;
-use k8s_openapi::api::core::v1::Pod;
 use slurm_rest::models::JobState;
 
 #[test]

@@ -6,13 +6,14 @@
 
 use super::ReconcileError;
 use super::report::report;
+use crate::k8s::slim_pod::Pod;
 use crate::k8s::slurm_node_name;
 use crate::scheduler::context::{CachedPlacement, Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::sync::MutexExt;
 use crate::volumes::{self, Applied, Reserved, VolumeError, VolumeSnapshot};
 use crate::workload::ir::pod_key;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

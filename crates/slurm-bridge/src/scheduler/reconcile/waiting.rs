@@ -9,6 +9,7 @@ use super::submit::{
     as_update, desc_hash, job_desc, label_all, rejected, sent_hash, stamped, still_rejected,
 };
 use crate::k8s::is_bound;
+use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;
@@ -16,7 +17,6 @@ use crate::slurm::WatchedJob;
 use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::{GangStatus, GangTimeout, Translation};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use slurm_rest::ErrorKind;

@@ -297,7 +297,7 @@ impl FakeKube {
     }
 
     /// Every pod the fake holds.
-    pub fn pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    pub fn pods(&self) -> Vec<crate::k8s::slim_pod::Pod> {
         self.state()
             .objects
             .values()

@@ -2,7 +2,7 @@
 //! on the fake API server.
 
 use super::*;
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use kube::runtime::watcher;
 
 /// A pass labels the pod (version 11 on top of the 10 it read) and the cache applies 11 before

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::{
     KindOutput, annotations_of, created_unix, gang_by_label, group_pods, pod_namespace,

@@ -1,7 +1,7 @@
 //! batch/v1 Job: one external job per pod (reference §4.5).
 
+use crate::k8s::slim_pod::Pod;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::{KindOutput, annotations_of};
 use crate::resources::pod_resources::bytes_to_mib_ceil;

@@ -1,7 +1,7 @@
 //! JobSet: each pod belongs to one of the JobSet's Jobs and gets its own external job, as
 //! for a Job; the annotations come from the JobSet (reference §4.5, §4.6).
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::{KindOutput, annotations_of, pod_label};
 use crate::wellknown::{LABEL_BATCH_JOB_NAME, LABEL_JOB_NAME};

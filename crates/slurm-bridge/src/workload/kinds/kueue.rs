@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::{KindOutput, annotations_of, gang_by_label, group_pods, pod_label, pod_namespace};
 use crate::wellknown::{ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT, LABEL_KUEUE_POD_GROUP_NAME};

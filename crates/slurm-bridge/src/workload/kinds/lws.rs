@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::{
     KindOutput, annotations_of, group_pods, jobid_label, parse_job_id, pod_label, pod_namespace,

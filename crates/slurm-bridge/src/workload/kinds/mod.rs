@@ -12,7 +12,7 @@ pub mod podgroup;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::GangStatus;
 use super::ir::{JobInfo, pod_key};

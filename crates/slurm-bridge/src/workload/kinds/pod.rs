@@ -1,7 +1,7 @@
 //! A bare pod, or a pod whose root is a controller the bridge has no rule for
 //! (ReplicaSet, StatefulSet, Deployment, ...): one external job for the one pod.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 
 use super::KindOutput;
 use crate::workload::GangStatus;

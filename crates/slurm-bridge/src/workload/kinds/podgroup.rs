@@ -1,8 +1,8 @@
 //! Built-in PodGroup (`scheduling.k8s.io/v1alpha2`, Kubernetes 1.36 GenericWorkload): all
 //! pods of the namespace that name the PodGroup in `spec.schedulingGroup` make one job.
 
+use crate::k8s::slim_pod::Pod;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1alpha2::{PodGroup, Workload};
 
 use super::{KindOutput, annotations_of, gang_by_label, group_pods, pod_namespace};

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::slim_pod::Pod;
 use kube::core::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
