@@ -19,5 +19,5 @@ pub mod trim;
 pub mod writes;
 
 pub use node::slurm_node_name;
-pub use pod::{bound_node, is_bound, pod_key};
+pub use pod::{bound_node, is_bound, pod_key, pod_ref};
 pub use pod_writer::PodWriter;

@@ -51,7 +51,7 @@ impl SiblingIndex {
     /// The pod as the cache now holds it.
     pub(super) fn applied(&mut self, pod: &Pod) {
         let entry = (!is_bound(pod)).then(|| Entry {
-            pod: ObjectRef::from_obj(pod),
+            pod: crate::k8s::pod_ref(pod),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             waiting: waits_for_gang(pod),
             job: job_label(pod).cloned(),

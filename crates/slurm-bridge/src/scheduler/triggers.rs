@@ -35,7 +35,7 @@ impl Triggers {
     pub(super) fn send_all(&self, pods: &[Arc<Pod>]) {
         if let Some(q) = self.0.locked().as_ref() {
             for pod in pods {
-                q.push(ObjectRef::from_obj(&**pod));
+                q.push(crate::k8s::pod_ref(pod));
             }
         }
     }
@@ -56,7 +56,7 @@ impl Triggers {
         pod: &Pod,
     ) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let queue = self.0.locked().clone()?;
-        queue.binding_stage(&ObjectRef::from_obj(pod)).await
+        queue.binding_stage(&crate::k8s::pod_ref(pod)).await
     }
 }
 
@@ -226,7 +226,7 @@ pub(super) async fn follow_slurm_nodes<S: Slurm>(
         generation = now;
         for pod in ctx.pods.state() {
             if !crate::k8s::is_bound(&pod) && !crate::workload::kinds::is_terminal(&pod) {
-                triggers.send(ObjectRef::from_obj(&*pod));
+                triggers.send(crate::k8s::pod_ref(&pod));
             }
         }
     }
@@ -259,7 +259,7 @@ pub(super) async fn follow_volumes<S: Slurm>(
                 }
             };
             if concerned {
-                triggers.send(ObjectRef::from_obj(&*pod));
+                triggers.send(crate::k8s::pod_ref(&pod));
             }
         }
     }

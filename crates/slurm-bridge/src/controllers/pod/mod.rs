@@ -312,7 +312,7 @@ fn pods_of_event<S: Slurm>(ctx: &PodCtx<S>, event: &JobEvent) -> Vec<ObjectRef<P
     refs.extend(
         ctx.pods_of_job(&job.job_id.to_string())
             .iter()
-            .map(|p| ObjectRef::from_obj(&**p)),
+            .map(|p| crate::k8s::pod_ref(p)),
     );
     refs
 }
@@ -324,7 +324,7 @@ fn pods_on<S: Slurm>(ctx: &PodCtx<S>, node: &str) -> Vec<ObjectRef<Pod>> {
         .state()
         .iter()
         .filter(|p| crate::k8s::bound_node(p) == Some(node))
-        .map(|p| ObjectRef::from_obj(&**p))
+        .map(|p| crate::k8s::pod_ref(p))
         .collect()
 }
 
@@ -363,10 +363,10 @@ pub async fn run<S: Slurm>(
             loop {
                 let refs: Vec<ObjectRef<Pod>> = tokio::select! {
                     Some(change) = pod_changes.recv() => match change {
-                        Change::Applied(p) => vec![ObjectRef::from_obj(&*p)],
+                        Change::Applied(p) => vec![crate::k8s::pod_ref(&p)],
                         // Its siblings may now be the last ones alive.
                         Change::Deleted(p) => match jobid_label(&p) {
-                            Some(v) => ctx.pods_of_job(v).iter().map(|p| ObjectRef::from_obj(&**p)).collect(),
+                            Some(v) => ctx.pods_of_job(v).iter().map(|p| crate::k8s::pod_ref(p)).collect(),
                             None => Vec::new(),
                         },
                         Change::Relisted => Vec::new(),
