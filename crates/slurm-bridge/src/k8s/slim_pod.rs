@@ -5,8 +5,9 @@
 //! pod and as much again per container before any content, which made the pod store most of
 //! the scheduler's memory at 10,000 pods (docs/performance.md, "Memory"). A watch decodes
 //! straight into these types (serde skips what they lack), so nothing dropped is ever
-//! allocated. Pods the bridge creates or admits stay k8s-openapi's; [`Pod::from`] converts
-//! one where a component reads it (the admission webhook's, a manifest's, a test's).
+//! allocated. Pods that are created or admitted stay k8s-openapi's (the webhook's review, the
+//! manifest reader's generated pods: a slim pod would lose the fields it lacks if written);
+//! [`Pod::from`] converts a full pod for reading (a test's live pod).
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
