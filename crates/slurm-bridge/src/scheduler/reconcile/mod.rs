@@ -96,18 +96,20 @@ async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, Recon
         return Ok(Action::await_change());
     }
     let key = pod_key(&pod);
+    let read_at = ctx.locks.ticket();
     let mut tr = match translate(&ctx.reader, &pod).await {
         Ok(t) => t,
         Err(e) => return translation_failed(&ctx, &pod, e).await,
     };
     tracing::Span::current().record("group", tracing::field::display(&tr.group_key));
-    let group = ctx.locks.lock(&tr.group_key).await;
+    let group = ctx.locks.lock(&tr.group_key, read_at).await;
     if group.waited && !ctx.may_start_pass() {
         // It waited for another pass of its group into a shutdown: it has done nothing yet.
         return Ok(Action::await_change());
     }
     if group.waited {
-        // Another pass of this group ran meanwhile (labelled, bound...): read the group again.
+        // Another pass of this group ran since the read (labelled, bound, submitted for members
+        // this read had not seen yet...): read the group again.
         tr = match translate(&ctx.reader, &pod).await {
             Ok(t) if t.group_key == tr.group_key => t,
             Ok(_) => return Ok(Action::requeue(Duration::from_millis(100))),
