@@ -16,6 +16,7 @@ pub mod resources;
 pub mod scheduler;
 pub mod server;
 pub mod slurm;
+pub mod small_set;
 pub mod sync;
 pub mod volumes;
 pub mod wellknown;

@@ -12,6 +12,28 @@ pub(crate) fn vm_hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The resident set now, by kind: anonymous (heap, stacks, allocator slack) and file-backed
+/// (the binary's and libraries' touched pages), to tell what of the peak the heap can explain.
+pub(crate) fn rss_parts(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mib = |key: &str| field(key) as f64 / 1024.0;
+    format!(
+        "RSS now {:.1} MiB: anonymous {:.1}, file {:.1}; threads {}",
+        mib("VmRSS:"),
+        mib("RssAnon:"),
+        mib("RssFile:"),
+        field("Threads:")
+    )
+}
+
 /// Mean of a histogram from its `_sum` and `_count` lines.
 pub(crate) fn histogram_mean(metrics: &str, name: &str) -> f64 {
     let value = |suffix: &str| {

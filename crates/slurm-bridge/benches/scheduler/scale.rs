@@ -7,7 +7,8 @@ use crate::env::{
     control_plane, create_pods, http_get, last, namespace, start_slurm, temp_dir, watch_bound,
 };
 use crate::metrics::{
-    apiserver_requests, counter, kube_writes, print_per_pod, slurm_requests_by_endpoint, vm_hwm_kib,
+    apiserver_requests, counter, kube_writes, print_per_pod, rss_parts, slurm_requests_by_endpoint,
+    vm_hwm_kib,
 };
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,7 @@ pub(crate) async fn scale(a: &Args) {
         t.as_secs_f64(),
         vm_hwm_kib(s.pid) as f64 / 1024.0
     );
+    println!("  {}", rss_parts(s.pid));
     print_per_pod(&metrics, n, api);
     drop(s);
     // A restart: every pod (bound ones end at once) gets a pass.
@@ -74,6 +76,7 @@ async fn first_pass(s: Scheduler, n: u32, what: &str) {
         ready.as_secs_f64(),
         vm_hwm_kib(s.pid) as f64 / 1024.0
     );
+    println!("  {}", rss_parts(s.pid));
     let list = |v: Vec<(String, f64)>| {
         v.iter()
             .map(|(k, c)| format!("{k} {c}"))

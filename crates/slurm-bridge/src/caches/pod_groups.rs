@@ -9,6 +9,7 @@
 //! after a relist.
 
 use crate::k8s::slim_pod::Pod;
+use crate::small_set::SmallSet;
 use crate::sync::RwLockExt;
 use crate::wellknown::{
     LABEL_COSCHEDULING_POD_GROUP, LABEL_KUEUE_POD_GROUP_NAME, LABEL_LWS_GROUP_KEY,
@@ -17,7 +18,7 @@ use crate::wellknown::{
 use crate::workload::kinds::podgroup::pod_group_name;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 /// The labels that name a pod's group; a LIST by one of them is served from the index.
@@ -55,11 +56,11 @@ fn memberships(pod: &Pod) -> Vec<Membership> {
 #[derive(Default)]
 struct Inner {
     /// (namespace, membership) -> pod names.
-    members: HashMap<(String, Membership), BTreeSet<String>>,
+    members: HashMap<(String, Membership), SmallSet<String>>,
     /// (namespace, name) -> what it was indexed under, to undo on a change.
     of_pod: HashMap<(String, String), Vec<Membership>>,
     /// Slurm job id label -> (namespace, name) of the pods carrying it.
-    by_job: HashMap<String, BTreeSet<(String, String)>>,
+    by_job: HashMap<String, SmallSet<(String, String)>>,
     /// (namespace, name) -> its job id label, to undo on a change.
     job_of_pod: HashMap<(String, String), String>,
 }
@@ -154,24 +155,30 @@ impl PodGroupIndex {
         }
     }
 
-    /// The names of the pods of `namespace` that are members of `group`.
+    /// The names of the pods of `namespace` that are members of `group`, sorted.
     pub fn members(&self, namespace: &str, group: &Membership) -> Vec<String> {
-        self.0
+        let mut out: Vec<String> = self
+            .0
             .read_locked()
             .members
             .get(&(namespace.to_string(), group.clone()))
             .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
     }
 
-    /// `(namespace, name)` of the pods, in any namespace, whose job id label is `value`.
+    /// `(namespace, name)` of the pods, in any namespace, whose job id label is `value`, sorted.
     pub fn of_job(&self, value: &str) -> Vec<(String, String)> {
-        self.0
+        let mut out: Vec<(String, String)> = self
+            .0
             .read_locked()
             .by_job
             .get(value)
             .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
     }
 
     /// Pods indexed by group (for tests and the memory figures).

@@ -6,6 +6,7 @@
 use crate::k8s::is_bound;
 use crate::k8s::slim_pod::Pod;
 use crate::scheduler::reason::WAITING_FOR_GANG;
+use crate::small_set::SmallSet;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
@@ -26,7 +27,7 @@ pub(super) struct SiblingIndex {
     /// namespace -> uids of the unbound pods waiting for their gang.
     waiting: HashMap<String, HashSet<String>>,
     /// (namespace, job id label) -> uids of the unbound pods with that label.
-    by_job: HashMap<(String, String), HashSet<String>>,
+    by_job: HashMap<(String, String), SmallSet<String>>,
 }
 
 fn uid(pod: &Pod) -> &str {
@@ -116,7 +117,7 @@ impl SiblingIndex {
         let same_job = job_label(pod)
             .and_then(|job| self.by_job.get(&(ns.clone(), job.clone())))
             .into_iter()
-            .flatten();
+            .flat_map(SmallSet::iter);
         let uids: HashSet<&String> = waiting.chain(same_job).collect();
         uids.into_iter()
             .filter(|u| u.as_str() != uid(pod))

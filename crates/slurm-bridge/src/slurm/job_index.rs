@@ -3,6 +3,7 @@
 //! Jobs whose admin_comment is not a bridge admin_comment are remembered only as "foreign" ids so
 //! they are fetched once, not on every poll.
 
+use crate::small_set::SmallSet;
 use crate::workload::admin_comment::AdminComment;
 use slurm_rest::models::{JobInfo, JobState};
 use std::collections::{HashMap, HashSet};
@@ -74,8 +75,8 @@ impl WatchedJob {
 #[derive(Default, Debug)]
 pub struct JobIndex {
     jobs: HashMap<u32, Arc<WatchedJob>>,
-    by_group: HashMap<String, HashSet<u32>>,
-    by_pod: HashMap<String, HashSet<u32>>,
+    by_group: HashMap<String, SmallSet<u32>>,
+    by_pod: HashMap<String, SmallSet<u32>>,
     foreign: HashSet<u32>,
 }
 
@@ -131,10 +132,10 @@ impl JobIndex {
         self.active_in(self.by_pod.get(pod))
     }
 
-    fn active_in(&self, ids: Option<&HashSet<u32>>) -> Vec<Arc<WatchedJob>> {
+    fn active_in(&self, ids: Option<&SmallSet<u32>>) -> Vec<Arc<WatchedJob>> {
         let mut out: Vec<Arc<WatchedJob>> = ids
             .into_iter()
-            .flatten()
+            .flat_map(SmallSet::iter)
             .filter_map(|id| self.jobs.get(id))
             .filter(|j| j.is_active())
             .cloned()
@@ -162,7 +163,7 @@ impl JobIndex {
     }
 }
 
-fn remove_from(map: &mut HashMap<String, HashSet<u32>>, key: &str, id: u32) {
+fn remove_from(map: &mut HashMap<String, SmallSet<u32>>, key: &str, id: u32) {
     if let Some(set) = map.get_mut(key) {
         set.remove(&id);
         if set.is_empty() {
