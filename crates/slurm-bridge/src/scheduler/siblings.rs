@@ -10,24 +10,28 @@ use crate::small_set::SmallSet;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-/// What the index holds for one unbound pod.
-#[derive(Clone, PartialEq, Eq)]
+/// What the index holds for one unbound pod: its name and the keys it is filed under (the
+/// `ObjectRef` a trigger needs is made when one is sent, not kept for each of 10,000 pods).
 struct Entry {
-    pod: ObjectRef<Pod>,
-    namespace: String,
+    namespace: Arc<str>,
+    name: Box<str>,
     waiting: bool,
-    job: Option<String>,
+    job: Option<Box<str>>,
 }
 
-/// Unbound pods by what wakes them; see the module doc. Keyed by pod uid.
+/// Unbound pods by what wakes them; see the module doc. Keyed by pod uid, one allocation of
+/// it shared by the entry and the sets.
 #[derive(Default)]
 pub(super) struct SiblingIndex {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Arc<str>, Entry>,
     /// namespace -> uids of the unbound pods waiting for their gang.
-    waiting: HashMap<String, HashSet<String>>,
+    waiting: HashMap<Arc<str>, HashSet<Arc<str>>>,
     /// (namespace, job id label) -> uids of the unbound pods with that label.
-    by_job: HashMap<(String, String), SmallSet<String>>,
+    by_job: HashMap<(Arc<str>, Box<str>), SmallSet<Arc<str>>>,
+    /// The namespaces of the entries, one allocation each, shared by their entries and keys.
+    namespaces: HashSet<Arc<str>>,
 }
 
 fn uid(pod: &Pod) -> &str {
@@ -51,47 +55,72 @@ fn waits_for_gang(pod: &Pod) -> bool {
 impl SiblingIndex {
     /// The pod as the cache now holds it.
     pub(super) fn applied(&mut self, pod: &Pod) {
-        let entry = (!is_bound(pod)).then(|| Entry {
-            pod: crate::k8s::pod_ref(pod),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            waiting: waits_for_gang(pod),
-            job: job_label(pod).cloned(),
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let unchanged = self.entries.get(uid(pod)).is_some_and(|e| {
+            !is_bound(pod)
+                && *e.namespace == *ns
+                && Some(&*e.name) == pod.metadata.name.as_deref()
+                && e.waiting == waits_for_gang(pod)
+                && e.job.as_deref() == job_label(pod).map(String::as_str)
         });
-        if self.entries.get(uid(pod)) == entry.as_ref() {
+        if unchanged {
             return;
         }
         self.remove(uid(pod));
-        let Some(e) = entry else { return };
+        if is_bound(pod) {
+            return;
+        }
+        let key: Arc<str> = uid(pod).into();
+        let namespace = self.namespace(ns);
+        let e = Entry {
+            namespace,
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            waiting: waits_for_gang(pod),
+            job: job_label(pod).map(|j| j.as_str().into()),
+        };
         if e.waiting {
             self.waiting
                 .entry(e.namespace.clone())
                 .or_default()
-                .insert(uid(pod).to_string());
+                .insert(key.clone());
         }
         if let Some(job) = &e.job {
             self.by_job
                 .entry((e.namespace.clone(), job.clone()))
                 .or_default()
-                .insert(uid(pod).to_string());
+                .insert(key.clone());
         }
-        self.entries.insert(uid(pod).to_string(), e);
+        self.entries.insert(key, e);
+    }
+
+    fn namespace(&mut self, ns: &str) -> Arc<str> {
+        if let Some(n) = self.namespaces.get(ns) {
+            return n.clone();
+        }
+        let n: Arc<str> = ns.into();
+        self.namespaces.insert(n.clone());
+        n
     }
 
     /// The pod with this uid is gone.
     pub(super) fn remove(&mut self, uid: &str) {
-        let Some(e) = self.entries.remove(uid) else {
+        let Some(Entry {
+            namespace,
+            waiting,
+            job,
+            ..
+        }) = self.entries.remove(uid)
+        else {
             return;
         };
-        if e.waiting
-            && let Some(set) = self.waiting.get_mut(&e.namespace)
-        {
+        if waiting && let Some(set) = self.waiting.get_mut(&namespace) {
             set.remove(uid);
             if set.is_empty() {
-                self.waiting.remove(&e.namespace);
+                self.waiting.remove(&namespace);
             }
         }
-        if let Some(job) = e.job {
-            let key = (e.namespace, job);
+        if let Some(job) = job {
+            let key = (namespace.clone(), job);
             if let Some(set) = self.by_job.get_mut(&key) {
                 set.remove(uid);
                 if set.is_empty() {
@@ -99,11 +128,15 @@ impl SiblingIndex {
                 }
             }
         }
+        // Only the interner and `namespace` hold it now: no entry of that namespace is left.
+        if Arc::strong_count(&namespace) == 2 {
+            self.namespaces.remove(&namespace);
+        }
     }
 
     /// Keeps only the pods whose uid `live` accepts (after a relist, which reports no deletions).
     pub(super) fn retain(&mut self, live: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = self.entries.keys().filter(|u| !live(u)).cloned().collect();
+        let gone: Vec<Arc<str>> = self.entries.keys().filter(|u| !live(u)).cloned().collect();
         for uid in gone {
             self.remove(&uid);
         }
@@ -112,17 +145,17 @@ impl SiblingIndex {
     /// The unbound pods of `pod`'s namespace, other than `pod`, that wait for their gang or
     /// carry its Slurm job id label.
     pub(super) fn siblings(&self, pod: &Pod) -> Vec<ObjectRef<Pod>> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let ns: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
         let waiting = self.waiting.get(&ns).into_iter().flatten();
         let same_job = job_label(pod)
-            .and_then(|job| self.by_job.get(&(ns.clone(), job.clone())))
+            .and_then(|job| self.by_job.get(&(ns.clone(), job.as_str().into())))
             .into_iter()
             .flat_map(SmallSet::iter);
-        let uids: HashSet<&String> = waiting.chain(same_job).collect();
+        let uids: HashSet<&Arc<str>> = waiting.chain(same_job).collect();
         uids.into_iter()
-            .filter(|u| u.as_str() != uid(pod))
+            .filter(|u| &***u != uid(pod))
             .filter_map(|u| self.entries.get(u))
-            .map(|e| e.pod.clone())
+            .map(|e| ObjectRef::new(&e.name).within(&e.namespace))
             .collect()
     }
 
@@ -200,5 +233,8 @@ mod tests {
         ix.retain(|uid| uid == "a-n");
         assert_eq!(ix.len(), 1);
         assert!(ix.waiting.is_empty() && ix.by_job.len() == 1);
+        assert_eq!(ix.namespaces.len(), 1, "namespace b has no pod left");
+        ix.remove("a-n");
+        assert!(ix.namespaces.is_empty() && ix.by_job.is_empty());
     }
 }
