@@ -21,6 +21,9 @@ struct Entry {
     job: Option<Box<str>>,
 }
 
+/// (namespace, Slurm job id label).
+type JobKey = (Arc<str>, Box<str>);
+
 /// Unbound pods by what wakes them; see the module doc. Keyed by pod uid, one allocation of
 /// it shared by the entry and the sets.
 #[derive(Default)]
@@ -29,7 +32,7 @@ pub(super) struct SiblingIndex {
     /// namespace -> uids of the unbound pods waiting for their gang.
     waiting: HashMap<Arc<str>, HashSet<Arc<str>>>,
     /// (namespace, job id label) -> uids of the unbound pods with that label.
-    by_job: HashMap<(Arc<str>, Box<str>), SmallSet<Arc<str>>>,
+    by_job: HashMap<JobKey, SmallSet<Arc<str>>>,
     /// The namespaces of the entries, one allocation each, shared by their entries and keys.
     namespaces: HashSet<Arc<str>>,
 }
