@@ -148,10 +148,10 @@ impl SiblingIndex {
     /// The unbound pods of `pod`'s namespace, other than `pod`, that wait for their gang or
     /// carry its Slurm job id label.
     pub(super) fn siblings(&self, pod: &Pod) -> Vec<ObjectRef<Pod>> {
-        let ns: Arc<str> = pod.metadata.namespace.as_deref().unwrap_or_default().into();
-        let waiting = self.waiting.get(&ns).into_iter().flatten();
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let waiting = self.waiting.get(ns).into_iter().flatten();
         let same_job = job_label(pod)
-            .and_then(|job| self.by_job.get(&(ns.clone(), job.as_str().into())))
+            .and_then(|job| self.by_job.get(&(ns.into(), job.as_str().into())))
             .into_iter()
             .flat_map(SmallSet::iter);
         let uids: HashSet<&Arc<str>> = waiting.chain(same_job).collect();
