@@ -38,8 +38,10 @@ pub struct Pod {
 pub struct PodSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_deadline_seconds: Option<i64>,
+    /// Boxed, as `resources` and `extendedResourceClaimStatus`: rarely set, and 144 bytes in
+    /// every cached pod when inline.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
+    pub affinity: Option<Box<Affinity>>,
     pub containers: Vec<Container>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_containers: Option<Vec<Container>>,
@@ -56,7 +58,7 @@ pub struct PodSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_claims: Option<Vec<PodResourceClaim>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
+    pub resources: Option<Box<ResourceRequirements>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,7 +109,7 @@ pub struct PodStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<ContainerStatus>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub extended_resource_claim_status: Option<PodExtendedResourceClaimStatus>,
+    pub extended_resource_claim_status: Option<Box<PodExtendedResourceClaimStatus>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_container_statuses: Option<Vec<ContainerStatus>>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -131,7 +131,7 @@ fn effective(spec: &PodSpec, side: Side) -> Result<ResourceList, ResourceError> 
     }
 
     if spec.resources.is_some() {
-        let (req, lim) = resource_requirements(spec.resources.as_ref(), "pod-level resources")?;
+        let (req, lim) = resource_requirements(spec.resources.as_deref(), "pod-level resources")?;
         let pod_level = pick((req, lim));
         for (name, q) in pod_level {
             if pod_level_supported(&name) {
@@ -366,10 +366,10 @@ mod tests {
     fn pod_level_resources_override() {
         let spec = PodSpec {
             containers: vec![container("c", &[("cpu", "1")], &[("nvidia.com/gpu", "1")])],
-            resources: Some(ResourceRequirements {
+            resources: Some(Box::new(ResourceRequirements {
                 limits: rl(&[("cpu", "22"), ("memory", "1Mi")]),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let lim = pod_limits(&spec).unwrap();
