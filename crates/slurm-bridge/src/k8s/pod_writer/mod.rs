@@ -424,6 +424,11 @@ impl PodWriter {
         note: String,
     ) {
         let event = self.build_event(SCHEDULING, pod, false, reason, note);
+        self.post_in_background(writes, event);
+    }
+
+    /// Posts `event` from a task of its own, at most [`BACKGROUND_EVENTS`] at once.
+    fn post_in_background(&self, writes: &KubeWrites, event: k8s_openapi::api::events::v1::Event) {
         let (writer, writes) = (self.clone(), writes.clone());
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {

@@ -4,7 +4,8 @@
 //! reasons are known for every job by then), and a pass waiting for its two writes held up the
 //! first pass over them (10,000 pods: 57 s with 7,400 reports inline, 31 s without).
 //!
-//! Per pod the latest report wins and one is sent at a time (an older one never lands after a
+//! Per pod the latest report wins (the condition; a replaced report's Event is still posted)
+//! and one is sent at a time (an older one never lands after a
 //! newer); what was sent last is remembered with the versions of the pod it was asked for on, so
 //! a pass holding such a copy (the pod cache has not caught up) does not send it again, while a
 //! pass whose copy is another version that does not show it (someone wrote over it) does; a pod
@@ -67,6 +68,10 @@ struct Inner {
     order: VecDeque<(String, u64)>,
     next_id: u64,
     workers: usize,
+    /// Queued reports a newer one replaced before they were sent: their Events still go out
+    /// ([`ReportQueue::take_replaced`]); an Event tells what happened, like a job cancelled,
+    /// which the newer condition no longer says.
+    replaced: Vec<(Target, Report)>,
 }
 
 struct Entry {
@@ -143,8 +148,10 @@ impl ReportQueue {
             None if same_as_sent => remember(&mut entry.asked_on, copy),
             _ => entry.asked_on = vec![copy],
         }
-        entry.target = target;
-        entry.wanted = Some(report);
+        let old_target = std::mem::replace(&mut entry.target, target);
+        if let Some(old) = entry.wanted.replace(report) {
+            inner.replaced.push((old_target, old));
+        }
         if entry.busy() {
             // Queued already (it sends the new report), or in flight (queued again after).
             return Pushed::Queued {
@@ -159,6 +166,11 @@ impl ReportQueue {
             inner.workers += 1;
         }
         Pushed::Queued { start_worker }
+    }
+
+    /// The reports replaced before they were sent since the last call (see `Inner::replaced`).
+    pub fn take_replaced(&self) -> Vec<(Target, Report)> {
+        std::mem::take(&mut self.inner.locked().replaced)
     }
 
     /// The caller's copy of the pod shows `report` already, which is what it should show: a
@@ -348,10 +360,14 @@ mod tests {
             Pushed::Queued { start_worker: true }
         );
         assert_eq!(q.push("ns/a", target("1"), report("B"), 4), QUEUED);
+        let replaced: Vec<String> = q.take_replaced().into_iter().map(|r| r.1.reason).collect();
+        assert_eq!(replaced, ["A"], "A's Event still goes out");
+        assert!(q.take_replaced().is_empty(), "taken once");
         let job = q.next().expect("one report");
         assert_eq!(job.report.reason, "B", "A was replaced before it was sent");
         // C comes while B is in flight: not handed out beside it, but after it.
         assert_eq!(q.push("ns/a", target("1"), report("C"), 4), QUEUED);
+        assert!(q.take_replaced().is_empty(), "B was sent, not replaced");
         assert!(
             q.next().is_none(),
             "nothing else is due while B is in flight"

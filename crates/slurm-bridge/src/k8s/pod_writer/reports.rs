@@ -52,9 +52,18 @@ impl PodWriter {
             self.reports.shown(&key, &target, report);
             return;
         }
-        if let Pushed::Queued { start_worker: true } =
-            self.reports.push(&key, target, report, REPORT_WORKERS)
-        {
+        let pushed = self.reports.push(&key, target, report, REPORT_WORKERS);
+        for (target, old) in self.reports.take_replaced() {
+            let event = self.build_event(
+                SCHEDULING,
+                &about(&target),
+                old.warning,
+                &old.reason,
+                old.message,
+            );
+            self.post_in_background(writes, event);
+        }
+        if let Pushed::Queued { start_worker: true } = pushed {
             let (writer, writes) = (self.clone(), writes.clone());
             tokio::spawn(async move { writer.send_reports(&writes).await });
         }
@@ -98,19 +107,9 @@ impl PodWriter {
                 false
             }
         };
-        let about = Pod {
-            metadata: ObjectMeta {
-                name: Some(target.name.clone()),
-                namespace: Some(target.namespace.clone()),
-                uid: target.uid.clone(),
-                resource_version: target.resource_version.clone(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         let event = self.build_event(
             SCHEDULING,
-            &about,
+            &about(target),
             report.warning,
             &report.reason,
             report.message.clone(),
@@ -118,5 +117,19 @@ impl PodWriter {
         writes.inc(write_kind::EVENT);
         crate::k8s::events::post(&self.client, &event).await;
         landed
+    }
+}
+
+/// The pod an Event of a report is about, as much of it as the Event names.
+fn about(target: &Target) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(target.name.clone()),
+            namespace: Some(target.namespace.clone()),
+            uid: target.uid.clone(),
+            resource_version: target.resource_version.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
