@@ -177,6 +177,7 @@ impl ReportQueue {
     /// different report queued is dropped, and one being sent is followed by this one again.
     pub fn shown(&self, key: &str, target: &Target, report: Report) {
         let mut inner = self.inner.locked();
+        let inner = &mut *inner;
         let Some(entry) = inner
             .pods
             .get_mut(key)
@@ -184,12 +185,18 @@ impl ReportQueue {
         else {
             return;
         };
-        if entry.sending.as_ref().is_some_and(|s| *s != report) {
+        let dropped = if entry.sending.as_ref().is_some_and(|s| *s != report) {
             // Sent after the copy was read: the copy's report goes back on top of it.
             entry.asked_on = vec![target.resource_version.clone()];
-            entry.wanted = Some(report);
+            entry.wanted.replace(report)
         } else if entry.wanted.as_ref().is_some_and(|w| *w != report) {
-            entry.wanted = None;
+            entry.wanted.take()
+        } else {
+            None
+        };
+        if let Some(old) = dropped {
+            // Its condition is not shown, but its Event still goes out.
+            inner.replaced.push((entry.target.clone(), old));
         }
     }
 

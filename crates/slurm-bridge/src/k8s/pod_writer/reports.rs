@@ -50,9 +50,19 @@ impl PodWriter {
         }) {
             // Nothing to write, but nothing older may land after this either.
             self.reports.shown(&key, &target, report);
+            self.post_replaced(writes);
             return;
         }
         let pushed = self.reports.push(&key, target, report, REPORT_WORKERS);
+        self.post_replaced(writes);
+        if let Pushed::Queued { start_worker: true } = pushed {
+            let (writer, writes) = (self.clone(), writes.clone());
+            tokio::spawn(async move { writer.send_reports(&writes).await });
+        }
+    }
+
+    /// Posts the Events of the reports replaced or dropped before they were sent.
+    fn post_replaced(&self, writes: &KubeWrites) {
         for (target, old) in self.reports.take_replaced() {
             let event = self.build_event(
                 SCHEDULING,
@@ -62,10 +72,6 @@ impl PodWriter {
                 old.message,
             );
             self.post_in_background(writes, event);
-        }
-        if let Pushed::Queued { start_worker: true } = pushed {
-            let (writer, writes) = (self.clone(), writes.clone());
-            tokio::spawn(async move { writer.send_reports(&writes).await });
         }
     }
 
