@@ -1,4 +1,4 @@
-//! The leadership lifecycle: stand by, lead (the controller and the sweep run), stop when
+//! The leadership lifecycle: stand by, lead (the passes and the sweep run), stop when
 //! leadership is lost (passes in flight aborted) or at shutdown (passes in flight may finish).
 
 use super::context::{Ctx, Slurm};
@@ -6,14 +6,8 @@ use super::metrics::LifecycleMetrics;
 use super::queue::PodQueue;
 use super::triggers::Triggers;
 use super::{SchedulerOptions, reconcile};
-use crate::k8s::slim_pod::Pod;
 use crate::leader::until_leadership;
 use crate::slurm::Instrumented;
-use crate::sync::until_true;
-use futures::StreamExt;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,7 +19,7 @@ use tokio::sync::watch as tokio_watch;
 pub(super) enum TermEnd {
     Lost,
     Shutdown,
-    /// The controller stopped by itself (not expected); it is started again.
+    /// The passes stopped by itself (not expected); it is started again.
     Ended,
 }
 
@@ -67,7 +61,9 @@ impl<S: Slurm> Lifecycle<S> {
                 TermEnd::Lost => {
                     tracing::warn!("leadership lost: aborting the passes in flight");
                 }
-                TermEnd::Ended => tracing::warn!("the controller stopped; starting it again"),
+                TermEnd::Ended => {
+                    tracing::warn!("the scheduling passes stopped; starting them again")
+                }
                 TermEnd::Shutdown => {
                     // Readiness first, then no new pass; the passes in flight may finish.
                     self.ready.send_replace(false);
@@ -85,7 +81,7 @@ impl<S: Slurm> Lifecycle<S> {
                     }
                 }
             }
-            // Stop: a pass that starts now does nothing, and dropping the controller aborts the
+            // Stop: a pass that starts now does nothing, and dropping the runner aborts the
             // passes still running at their next await.
             self.ctx.leader.store(false, Ordering::SeqCst);
             self.triggers.close();
@@ -98,59 +94,39 @@ impl<S: Slurm> Lifecycle<S> {
         }
     }
 
-    /// One term of leadership: the controller (a pass for every cached pod first, then pod and
+    /// One term of leadership: the passes (one for every cached pod first, then pod and
     /// job triggers) and the sweep, until `stop` reads true and the passes in flight are done.
     pub(super) fn term(
         &self,
         stop: tokio_watch::Receiver<bool>,
     ) -> impl Future<Output = ()> + Send + use<S> {
-        let (tx, queue) = futures::channel::mpsc::unbounded();
-        let pod_queue = PodQueue::new(
-            self.ctx.pods.clone(),
-            usize::from(self.opts.concurrency),
-            tx,
-        );
+        let pod_queue = PodQueue::new(self.ctx.pods.clone(), usize::from(self.opts.concurrency));
         self.triggers.open(pod_queue.clone());
         // A pass for every cached pod first, in the queue's order.
         self.triggers.send_all(&self.ctx.pods.state());
-        let feed = pod_queue.clone().feed();
         let passes = self.metrics.passes.clone();
-        let controller = Controller::for_stream(
-            futures::stream::empty::<Result<Pod, watcher::Error>>(),
-            self.ctx.pods.clone(),
-        )
+        let ctx = self.ctx.clone();
         // The workers decide (the queue hands out no more than they are); as many passes again
         // may be in their binding stage sending Bindings, and as many waiting for their turn to
         // ([`PodQueue::binding_stage`]).
-        .with_config(
-            ControllerConfig::default().concurrency(self.opts.concurrency.saturating_mul(3)),
-        )
-        .reconcile_on(queue)
-        .graceful_shutdown_on(until_true(stop.clone()))
-        .run(
-            move |pod, ctx| {
+        let passes_run = super::runner::run(
+            pod_queue,
+            usize::from(self.opts.concurrency).saturating_mul(3),
+            move |pod| {
                 passes.inc();
-                reconcile::reconcile(pod, ctx)
+                let ctx = ctx.clone();
+                async move {
+                    match reconcile::reconcile(pod.clone(), ctx.clone()).await {
+                        Ok(action) => action,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "reconcile error");
+                            reconcile::error_policy(pod, &e, ctx)
+                        }
+                    }
+                }
             },
-            reconcile::error_policy,
-            self.ctx.clone(),
-        )
-        .for_each(move |res| {
-            // Every request the queue handed out ends here: passed, failed, or for a pod
-            // gone from the cache meanwhile.
-            use kube::runtime::controller::Error;
-            match &res {
-                Ok((pod, _)) => pod_queue.done(pod),
-                Err(Error::ObjectNotFound(r) | Error::ReconcilerFailed(_, r)) => pod_queue.done(
-                    &ObjectRef::new(&r.name).within(r.namespace.as_deref().unwrap_or_default()),
-                ),
-                Err(_) => {}
-            }
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "reconcile error");
-            }
-            futures::future::ready(())
-        });
+            stop.clone(),
+        );
         let resync = super::triggers::resync_until(
             self.ctx.pods.clone(),
             self.triggers.clone(),
@@ -159,11 +135,7 @@ impl<S: Slurm> Lifecycle<S> {
         );
         let sweep = sweep_until(self.ctx.clone(), self.opts.sweep_interval, stop);
         async move {
-            // The feed lives as long as the controller, the sweep and the resync.
-            tokio::select! {
-                _ = futures::future::join3(controller, sweep, resync) => {}
-                _ = feed => {}
-            }
+            futures::future::join3(passes_run, sweep, resync).await;
         }
     }
 }

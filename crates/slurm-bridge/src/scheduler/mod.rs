@@ -1,13 +1,14 @@
 //! The scheduler: binds the pods whose `spec.schedulerName` is the bridge's to the nodes Slurm
 //! allocates for their group's external job.
 //!
-//! A kube-runtime [`Controller`](kube::runtime::Controller) reconciles pods ([`reconcile`]); its triggers are pod changes
+//! Passes over pods ([`reconcile`]) run from our own queue ([`queue`], [`runner`]: ranked as
+//! kube-scheduler's, with the requeues, one pass per pod at a time); their triggers are pod changes
 //! and allocations seen by the shared Slurm job watcher ([`crate::slurm::JobWatcher`]), so a pod
 //! is bound as soon as Slurm allocates, not on a timer. Nodes come from a reflector; Slurm node
 //! names from a cache.
 //!
 //! Lifecycle: the caches (job watcher, Slurm node names, node and pod reflectors) run from start
-//! to shutdown, on a standby too. The controller and the sweep run only while this replica leads
+//! to shutdown, on a standby too. The passes and the sweep run only while this replica leads
 //! (a Lease, [`crate::leader`]): they start when leadership is gained, with a pass for every
 //! cached pod, and are dropped the moment it is lost, which aborts the passes in flight. On
 //! shutdown readiness goes false, no new pass starts, and the passes in flight may finish within
@@ -24,6 +25,7 @@ mod queue;
 pub mod reason;
 pub mod reconcile;
 pub mod rejection;
+pub mod runner;
 mod siblings;
 mod triggers;
 

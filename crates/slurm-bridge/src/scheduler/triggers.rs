@@ -1,5 +1,5 @@
 //! What starts a pass: pod changes, Slurm node listings and job changes from the shared caches,
-//! sent to the running controller's queue while this replica leads.
+//! sent to the running term's queue while this replica leads.
 
 use super::context::{Ctx, Slurm};
 use super::metrics::Metrics;
@@ -37,6 +37,13 @@ impl Triggers {
             for pod in pods {
                 q.push(crate::k8s::pod_ref(pod));
             }
+        }
+    }
+
+    /// `pod` is gone from the cache: the queue may forget it.
+    pub(super) fn forget(&self, pod: &Pod) {
+        if let Some(q) = self.0.locked().as_ref() {
+            q.forget(&crate::k8s::pod_ref(pod));
         }
     }
 
@@ -122,6 +129,7 @@ fn follow_one<S: Slurm>(
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             seen.remove(uid);
             siblings.remove(uid);
+            triggers.forget(pod);
             wake_siblings(siblings, pod, triggers);
         }
         Change::Relisted => {
@@ -303,7 +311,6 @@ pub(super) async fn forward_job_events<S: Slurm>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
     use kube::runtime::{reflector, watcher};
     use serde_json::json;
 
@@ -327,12 +334,10 @@ mod tests {
         ] {
             writer.apply_watcher_event(&watcher::Event::Apply(p));
         }
-        let (tx, mut handed) = futures::channel::mpsc::unbounded();
-        let queue = PodQueue::new(store.clone(), 4, tx);
+        let queue = PodQueue::new(store.clone(), 4);
         let triggers = Arc::new(Triggers::default());
         triggers.open(queue.clone());
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let feed = tokio::spawn(queue.clone().feed());
         let resync = tokio::spawn(resync_until(
             store,
             triggers,
@@ -340,19 +345,29 @@ mod tests {
             stop,
         ));
         for round in 0..3 {
-            let got = tokio::time::timeout(Duration::from_secs(5), handed.next())
-                .await
-                .unwrap_or_else(|_| panic!("no pass in round {round}"))
-                .unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let changed = queue.changed();
+                    if let Some((key, _)) = queue.next_ready(tokio::time::Instant::now(), 4) {
+                        break key;
+                    }
+                    changed.await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("no pass in round {round}"));
             assert_eq!(got.name, "waiting", "round {round}");
-            queue.done(&got);
+            queue.finish(
+                &got,
+                &crate::scheduler::runner::Action::await_change(),
+                tokio::time::Instant::now(),
+            );
         }
         stop_tx.send_replace(true);
         tokio::time::timeout(Duration::from_secs(5), resync)
             .await
             .expect("the resync stops")
             .unwrap();
-        feed.abort();
     }
 
     #[test]

@@ -12,10 +12,10 @@ use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::podgroup::mark_if_all_bound;
 use crate::scheduler::reason;
+use crate::scheduler::runner::Action;
 use crate::slurm::WatchedJob;
 use crate::workload::ir::pod_key;
 use crate::workload::{GangStatus, Translation, kind};
-use kube::runtime::controller::Action;
 use std::sync::Arc;
 use std::time::Duration;
 

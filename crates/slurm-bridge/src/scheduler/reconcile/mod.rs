@@ -30,12 +30,12 @@ use crate::k8s::is_bound;
 use crate::k8s::slim_pod::Pod;
 use crate::scheduler::assign::AssignError;
 use crate::scheduler::context::{Ctx, Slurm};
+use crate::scheduler::runner::Action;
 use crate::slurm::WatchedJob;
 use crate::workload::ir::pod_key;
 use crate::workload::kinds::is_terminal;
 use crate::workload::{GangStatus, TranslateError, Translation, translate};
 use allocated::{alone_job, bind_group, schedule_alone};
-use kube::runtime::controller::Action;
 use report::translation_failed;
 use rules::{Step, step};
 use std::sync::Arc;
@@ -84,7 +84,7 @@ pub async fn reconcile<S: Slurm>(
 async fn pass<S: Slurm>(pod: Arc<Pod>, ctx: Arc<Ctx<S>>) -> Result<Action, ReconcileError> {
     tracing::trace!("pass started");
     if !ctx.may_start_pass() {
-        // The controller runs only while this replica leads (scheduler/lifecycle.rs) and is dropped
+        // The passes run only while this replica leads (scheduler/lifecycle.rs) and are dropped
         // when leadership is lost; a pass that starts in between, or once a shutdown has begun,
         // does nothing (the next leader or the next start passes over the pod again).
         return Ok(Action::await_change());

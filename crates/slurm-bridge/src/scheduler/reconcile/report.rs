@@ -5,8 +5,8 @@ use super::ReconcileError;
 use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
+use crate::scheduler::runner::Action;
 use crate::workload::TranslateError;
-use kube::runtime::controller::Action;
 use std::time::Duration;
 
 /// Shows a scheduling problem on the pod: the PodScheduled=False condition and an Event (only

@@ -13,12 +13,12 @@ use crate::k8s::slim_pod::Pod;
 use crate::scheduler::context::{Ctx, Slurm};
 use crate::scheduler::reason;
 use crate::scheduler::rejection;
+use crate::scheduler::runner::Action;
 use crate::slurm::WatchedJob;
 use crate::sync::MutexExt;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::{GangStatus, GangTimeout, Translation};
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use slurm_rest::ErrorKind;
 use std::time::Duration;
 

@@ -21,10 +21,10 @@ pub use harness::*;
 pub use objects::*;
 pub use world::*;
 
+use crate::scheduler::runner::Action;
 use crate::wellknown::{FINALIZER, LABEL_SLURM_JOBID};
 pub use axum::http::Method;
 pub use fake_slurm::FIRST_SUBMITTED_ID;
-use kube::runtime::controller::Action;
 use serde_json::json;
 use slurm_rest::models::JobState;
 use std::time::Duration;
@@ -52,30 +52,9 @@ pub enum Expect {
     },
 }
 
-/// The requeue delay of an action (`Action` keeps it private; its Debug shows it).
+/// The requeue delay of an action.
 pub fn requeue_after(action: &Action) -> Option<Duration> {
-    if *action == Action::await_change() {
-        return None;
-    }
-    let text = format!("{action:?}");
-    let inner = text
-        .split_once("Some(")
-        .and_then(|(_, rest)| rest.split_once(')'))
-        .map(|(d, _)| d)
-        .unwrap_or_else(|| panic!("unexpected Action debug form {text}"));
-    let split = inner
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(inner.len());
-    let (number, unit) = inner.split_at(split);
-    let number: f64 = number.parse().expect("a number");
-    let secs = match unit {
-        "s" => number,
-        "ms" => number / 1e3,
-        "µs" => number / 1e6,
-        "ns" => number / 1e9,
-        other => panic!("unexpected unit {other} in {text}"),
-    };
-    Some(Duration::from_secs_f64(secs))
+    action.requeue_after()
 }
 
 /// One case: the world, the pod whose pass is tested, and what the pass must do.
