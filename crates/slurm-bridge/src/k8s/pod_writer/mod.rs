@@ -36,9 +36,11 @@ struct Bound {
 #[derive(Clone)]
 pub struct PodWriter {
     client: Client,
-    scheduler_name: String,
+    /// Shared, as `instance`: thousands of queued background writes each hold a copy of the
+    /// writer.
+    scheduler_name: Arc<str>,
     /// `reportingInstance` of Events: the pod name when set, else the host name.
-    instance: String,
+    instance: Arc<str>,
     /// Label patches sent and in flight ([`LabelMemo`]): a pod is labelled once, whatever copy
     /// of it a pass holds.
     labels: LabelMemo,
@@ -51,6 +53,11 @@ pub struct PodWriter {
     background: Arc<tokio::sync::watch::Sender<usize>>,
     /// Background Events in flight at once ([`BACKGROUND_EVENTS`]).
     event_slots: Arc<tokio::sync::Semaphore>,
+    /// Label patches and Bindings in flight: the writes a pod waits for, which background
+    /// Events give way to ([`EVENT_MAX_LAG`]).
+    urgent: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How long a background Event gives way to them ([`EVENT_MAX_LAG`]).
+    event_max_lag: std::time::Duration,
     /// PodScheduled=False reports for [`REPORT_WORKERS`] to send ([`PodWriter::report`]).
     reports: Arc<ReportQueue>,
 }
@@ -63,6 +70,13 @@ const SCHEDULING: &str = "Scheduling";
 /// waits for, and the Events (which no decision reads) queue behind them, in bind order.
 pub const BACKGROUND_EVENTS: usize = 2;
 
+/// How long a background Event gives way to the label patches and Bindings in flight: it is
+/// sent once none is in flight, or after this long. In a burst the API server, the scarcest
+/// thing on a small control plane, then spends itself on the writes the pods wait for, and the
+/// Events follow when it ends; under a steady load they go out in the gaps between binds,
+/// never more than this late.
+pub const EVENT_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Background label patches sent at once ([`PodWriter::label_in_background`]), as many as the
 /// scheduler's default workers: the label patches of a burst are in flight beside its Bindings,
 /// not all at once in front of them.
@@ -74,6 +88,59 @@ pub const REPORT_WORKERS: usize = 16;
 
 mod report_queue;
 mod reports;
+
+/// One label patch or Binding in flight, counted while it lives.
+struct Urgent<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl<'a> Urgent<'a> {
+    fn new(count: &'a tokio::sync::watch::Sender<usize>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Urgent(count)
+    }
+}
+
+impl Drop for Urgent<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// What a label patch request and the memo's record of it read of a pod: its name, namespace,
+/// uid and version. A queued background patch keeps this (about 100 bytes and four strings)
+/// and makes the pod of it ([`Identity::pod`]) when its turn comes.
+struct Identity {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl Identity {
+    fn of(pod: &Pod) -> Self {
+        let m = &pod.metadata;
+        Identity {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+        }
+    }
+
+    /// A pod with only this identity.
+    fn pod(self) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: self.name,
+                namespace: self.namespace,
+                uid: self.uid,
+                resource_version: self.resource_version,
+                ..Default::default()
+            },
+            spec: None,
+            status: None,
+        }
+    }
+}
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
@@ -89,16 +156,24 @@ fn params(scheduler_name: &str) -> PatchParams {
 impl PodWriter {
     pub fn new(client: Client, scheduler_name: &str) -> Self {
         PodWriter {
-            instance: crate::leader::identity(),
+            instance: crate::leader::identity().into(),
             client,
-            scheduler_name: scheduler_name.to_string(),
+            scheduler_name: scheduler_name.into(),
             labels: LabelMemo::default(),
             label_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_LABELS)),
             bound: Default::default(),
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
+            urgent: Arc::new(tokio::sync::watch::channel(0).0),
+            event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
         }
+    }
+
+    /// The writer with background Events giving way for `lag` at most (tests).
+    pub fn with_event_max_lag(mut self, lag: std::time::Duration) -> Self {
+        self.event_max_lag = lag;
+        self
     }
 
     fn bound(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bound>> {
@@ -196,18 +271,28 @@ impl PodWriter {
             return;
         };
         // Claimed now, so a pass right after waits for this patch instead of sending its own.
-        let (writer, writes_, pod_) = (self.clone(), writes.clone(), pod.clone());
+        let (writer, writes_) = (self.clone(), writes.clone());
         match self.labels.claim(pod, job_id) {
             Claim::Done | Claim::Wait(_) => {}
-            Claim::Send(ticket) => self.label_task(pod, job_id, async move {
-                // The semaphore is never closed; without a permit the patch is sent all the same.
-                let _slot = writer.label_slots.clone().acquire_owned().await.ok();
-                writer.send_label(&writes_, &pod_, &patch, ticket).await
-            }),
+            Claim::Send(ticket) => {
+                // A burst queues thousands of these: each keeps the pod's identity and the
+                // patch's text, not a copy of the pod and a tree of JSON values (about 4 KiB).
+                let (id, patch) = (Identity::of(pod), patch.to_string());
+                self.label_task(pod, job_id, async move {
+                    // The semaphore is never closed; without a permit the patch is sent all the same.
+                    let _slot = writer.label_slots.clone().acquire_owned().await.ok();
+                    let patch: serde_json::Value =
+                        serde_json::from_str(&patch).expect("a patch this writer printed");
+                    writer.send_label(&writes_, &id.pod(), &patch, ticket).await
+                })
+            }
             // Another job's label is in flight: this one goes after it, through `label`.
-            Claim::After(_) => self.label_task(pod, job_id, async move {
-                writer.label(&writes_, &pod_, job_id, clear_node).await
-            }),
+            Claim::After(_) => {
+                let pod_ = pod.clone();
+                self.label_task(pod, job_id, async move {
+                    writer.label(&writes_, &pod_, job_id, clear_node).await
+                })
+            }
         }
     }
 
@@ -242,6 +327,7 @@ impl PodWriter {
         ticket: LabelTicket,
     ) -> Result<(), kube::Error> {
         writes.inc(write_kind::LABEL);
+        let _urgent = Urgent::new(&self.urgent);
         let patched = api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
@@ -372,6 +458,7 @@ impl PodWriter {
             },
         };
         writes.inc(write_kind::BINDING);
+        let _urgent = Urgent::new(&self.urgent);
         match api
             .create_subresource::<Binding, serde_json::Value>(
                 "binding",
@@ -430,10 +517,21 @@ impl PodWriter {
     /// Posts `event` from a task of its own, at most [`BACKGROUND_EVENTS`] at once.
     fn post_in_background(&self, writes: &KubeWrites, event: k8s_openapi::api::events::v1::Event) {
         let (writer, writes) = (self.clone(), writes.clone());
+        let deadline = tokio::time::Instant::now() + self.event_max_lag;
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
             // The semaphore is never closed; without a permit the Event is sent all the same.
             let _slot = writer.event_slots.clone().acquire_owned().await.ok();
+            let mut urgent = writer.urgent.subscribe();
+            let waited = tokio::time::timeout_at(deadline, urgent.wait_for(|n| *n == 0))
+                .await
+                .is_err();
+            // When the Event went out, and whether it waited its longest (bench phases).
+            tracing::trace!(
+                reason = event.reason.as_deref().unwrap_or_default(),
+                lag_expired = waited,
+                "background event going out"
+            );
             writes.inc(write_kind::EVENT);
             crate::k8s::events::post(&writer.client, &event).await;
             writer.background.send_modify(|n| *n -= 1);
@@ -450,8 +548,8 @@ impl PodWriter {
         note: String,
     ) -> k8s_openapi::api::events::v1::Event {
         let reporter = crate::k8s::events::Reporter {
-            controller: self.scheduler_name.clone(),
-            instance: self.instance.clone(),
+            controller: self.scheduler_name.to_string(),
+            instance: self.instance.to_string(),
         };
         let note = crate::k8s::events::Note {
             warning,

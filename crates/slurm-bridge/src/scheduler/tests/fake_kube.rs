@@ -337,6 +337,15 @@ impl FakeKube {
             .collect()
     }
 
+    /// The writes so far whose description ([`KubeWrite::describe`]) starts with one of
+    /// `kinds` (`"bind "`, `"label "`, `"event "`...), in order.
+    pub fn writes_of(&self, kinds: &[&str]) -> Vec<String> {
+        self.writes()
+            .into_iter()
+            .filter(|w| kinds.iter().any(|k| w.starts_with(k)))
+            .collect()
+    }
+
     /// Every write so far, as received.
     pub fn raw_writes(&self) -> Vec<KubeWrite> {
         self.state().writes.clone()

@@ -35,13 +35,11 @@ async fn a_pass_reading_the_label_version_does_not_bind_again() {
         .await
         .expect("bind");
     assert!(!again, "reported as bound by the earlier pass");
-    let binds: Vec<String> = h
-        .kube
-        .writes()
-        .into_iter()
-        .filter(|w| w.starts_with("bind "))
-        .collect();
-    assert_eq!(binds, ["bind ns/a n1"], "one Binding");
+    assert_eq!(
+        h.kube.writes_of(&["bind "]),
+        ["bind ns/a n1"],
+        "one Binding"
+    );
     // The cache shows the pod bound; a pass that took its copy just before still holds 11.
     h.ctx.pod_event(&watcher::Event::Apply(h.pod("a")));
     let late = h
@@ -51,13 +49,7 @@ async fn a_pass_reading_the_label_version_does_not_bind_again() {
         .await
         .expect("bind");
     assert!(!late, "reported as bound by the earlier pass");
-    let binds = h
-        .kube
-        .writes()
-        .into_iter()
-        .filter(|w| w.starts_with("bind "))
-        .count();
-    assert_eq!(binds, 1, "still one Binding");
+    assert_eq!(h.kube.writes_of(&["bind "]).len(), 1, "still one Binding");
 }
 
 /// The label's race (two label patches seen once in the 3-writes e2e test under load): a pass
@@ -82,13 +74,11 @@ async fn a_pass_holding_a_copy_older_than_the_label_does_not_label_again() {
         .label(writes, &read, 7, false)
         .await
         .expect("label");
-    let labels: Vec<String> = h
-        .kube
-        .writes()
-        .into_iter()
-        .filter(|w| w.starts_with("label "))
-        .collect();
-    assert_eq!(labels, ["label ns/a 7"], "one label patch");
+    assert_eq!(
+        h.kube.writes_of(&["label "]),
+        ["label ns/a 7"],
+        "one label patch"
+    );
 }
 
 /// The submit's label patch goes out in the background; a pass that labels the pod meanwhile
@@ -104,13 +94,7 @@ async fn a_label_in_flight_is_waited_for_not_sent_twice() {
         .label(writes, &read, 7, false)
         .await
         .expect("label");
-    let labels = |h: &Harness| {
-        h.kube
-            .writes()
-            .into_iter()
-            .filter(|w| w.starts_with("label "))
-            .count()
-    };
+    let labels = |h: &Harness| h.kube.writes_of(&["label "]).len();
     assert_eq!(labels(&h), 1, "the label landed before label() returned");
     h.ctx.writer.background_done().await;
     assert_eq!(labels(&h), 1, "one label patch");
@@ -208,4 +192,98 @@ async fn a_report_is_sent_once_while_the_cache_catches_up() {
     );
     h.ctx.writer.background_done().await;
     assert_eq!((writes.of(CONDITION), writes.of(EVENT)), (2, 2));
+}
+
+/// Pods a and b on two nodes, with b's Binding posted and held by the API server until the
+/// returned gate gives a permit; the handle is the bind's.
+async fn binding_held() -> (
+    Harness,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    tokio::task::JoinHandle<Result<bool, kube::Error>>,
+) {
+    let h = Harness::new(World::nodes(&["n1", "n2"]).with(pod("a")).with(pod("b"))).await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let gate = h.kube.hold("/pods/b/binding");
+    let bind = tokio::spawn({
+        let (writer, writes, b) = (h.ctx.writer.clone(), writes.clone(), h.pod("b"));
+        async move { writer.bind(&writes, &b, "n2").await }
+    });
+    while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
+        tokio::task::yield_now().await;
+    }
+    (h, gate, bind)
+}
+
+/// A Scheduled Event gives way to a Binding in flight (in a burst the API server serves the
+/// writes pods wait for first) and goes out as soon as none is in flight. The fake API server
+/// answers in process, so an Event that did not wait would be posted within a few polls.
+#[tokio::test]
+async fn an_event_waits_for_the_binding_in_flight() {
+    let (h, gate, bind) = binding_held().await;
+    let writes = &h.ctx.metrics.kube_writes;
+    h.ctx
+        .writer
+        .event_in_background(writes, &h.pod("a"), "Scheduled", "bound to n1".into());
+    let events = |h: &Harness| h.kube.writes_of(&["event "]).len();
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        events(&h),
+        0,
+        "the Event waits while the Binding is in flight"
+    );
+    gate.add_permits(1);
+    assert!(bind.await.unwrap().expect("bind"));
+    h.ctx.writer.background_done().await;
+    assert_eq!(events(&h), 1, "the Event follows the Binding");
+}
+
+/// An Event gives way to the writes in flight for its longest wait at most: under a steady
+/// stream of Bindings it is late, never lost.
+#[tokio::test]
+async fn an_event_goes_out_after_its_longest_wait_whatever_is_in_flight() {
+    let (h, _gate, _bind) = binding_held().await;
+    let lag = std::time::Duration::from_millis(50);
+    // A copy of the writer: what it counts in flight is shared, its longest wait is its own.
+    let writer = h.ctx.writer.clone().with_event_max_lag(lag);
+    let writes = &h.ctx.metrics.kube_writes;
+    let queued = std::time::Instant::now();
+    writer.event_in_background(writes, &h.pod("a"), "Scheduled", "bound to n1".into());
+    writer.background_done().await;
+    let sent = h.kube.writes_of(&["event ", "bind "]);
+    assert_eq!(
+        sent,
+        ["event ns/a Scheduled"],
+        "the Event, the Binding still held"
+    );
+    assert!(queued.elapsed() >= lag, "it waited its longest wait first");
+}
+
+/// A background label patch keeps only the pod's identity and the patch's text while it waits
+/// for its turn: what it sends, and what the memo records of it, are those of the pod's copy.
+#[tokio::test]
+async fn a_background_label_sends_the_patch_and_records_it_as_the_pass_would() {
+    let h = Harness::new(World::nodes(&["n1"]).with(pod("a"))).await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let read = h.pod("a");
+    h.ctx.writer.label_in_background(writes, &read, 7, false);
+    h.ctx.writer.background_done().await;
+    let sent = h.kube.raw_writes();
+    assert_eq!(sent.len(), 1, "one write: {:?}", h.kube.writes());
+    assert_eq!(
+        sent[0].body["metadata"]["labels"][crate::wellknown::LABEL_SLURM_JOBID],
+        "7"
+    );
+    assert_eq!(
+        kube::ResourceExt::labels(&h.pod("a"))[crate::wellknown::LABEL_SLURM_JOBID],
+        "7"
+    );
+    // A pass still holding the copy read before the patch does not label again.
+    h.ctx
+        .writer
+        .label(writes, &read, 7, false)
+        .await
+        .expect("label");
+    assert_eq!(h.kube.raw_writes().len(), 1, "{:?}", h.kube.writes());
 }
