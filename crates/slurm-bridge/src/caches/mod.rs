@@ -497,9 +497,10 @@ async fn reflect_pods<S>(
     let pods_api: Api<Pod> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
     let mut forwarder = Forwarder::default();
+    // No trimming pass: the cached pod decodes without managed fields and last-applied
+    // annotation (`k8s::slim_meta`).
     watcher(pods_api, cfg)
         .default_backoff()
-        .modify(crate::k8s::trim::pod)
         .reflect(writer)
         .for_each(move |event| {
             match &event {

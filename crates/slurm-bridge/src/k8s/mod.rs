@@ -14,6 +14,7 @@ pub mod pod;
 pub mod pod_writer;
 pub mod rate_limit;
 pub mod selector;
+pub mod slim_meta;
 pub mod slim_pod;
 pub mod trim;
 pub mod writes;

@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Pod {
+    /// Without managed fields and last-applied annotation ([`super::slim_meta`]).
+    #[serde(deserialize_with = "super::slim_meta::deserialize")]
     pub metadata: ObjectMeta,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,

@@ -1,9 +1,9 @@
-//! What the shared reflectors drop from nodes and from pods' metadata before their stores keep
-//! them, so memory stays flat with many of them: only fields no component reads (checked by
-//! grep when a field is added here, and by the table tests: `workload/trimmed_tests.rs`
-//! translates trimmed pods, `tests` below keep what placement and registration read). A pod's
-//! spec and status need no trimming: the cached pod type ([`crate::k8s::slim_pod`]) has only
-//! the fields read.
+//! What the shared reflectors drop from nodes and objects before their stores keep them, so
+//! memory stays flat with many of them: only fields no component reads (checked by grep when a
+//! field is added here, and by the table tests: `workload/trimmed_tests.rs` translates trimmed
+//! pods, `tests` below keep what placement and registration read). Pods need no trimming pass:
+//! the cached pod type ([`crate::k8s::slim_pod`]) decodes only the fields read, its metadata
+//! without the ones dropped here ([`crate::k8s::slim_meta`]).
 
 use crate::k8s::slim_pod::Pod;
 use k8s_openapi::api::core::v1::Node;
@@ -20,9 +20,10 @@ pub fn trim_metadata(meta: &mut ObjectMeta) {
     }
 }
 
-/// Drops from a pod its managed fields and the last-applied annotation. The spec and status
-/// need nothing more: the cached pod ([`crate::k8s::slim_pod::Pod`]) decodes only the fields
-/// the bridge reads.
+/// Drops from a pod its managed fields and the last-applied annotation: a pod decoded from a
+/// watch has neither already ([`crate::k8s::slim_meta`]), one converted from a full pod may.
+/// The spec and status need nothing more: the cached pod ([`crate::k8s::slim_pod::Pod`])
+/// decodes only the fields the bridge reads.
 pub fn pod(pod: &mut Pod) {
     trim_metadata(&mut pod.metadata);
 }
