@@ -36,7 +36,8 @@ for line in open(sys.argv[1], errors='replace'):
                 first[name].setdefault(pm.group(1), t)
     fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', rest))
     for name in ['scheduler caches synced', 'slurm job watcher synced', 'leading: scheduling', 'pass started',
-                 'submitted external job', 'labelled', 'job changed', 'bound pods', 'updated pending external job']:
+                 'submitted external job', 'labelled', 'job changed', 'bound pods', 'updated pending external job',
+                 'background event going out']:
         if name in rest:
             ev[name].append((t - t0, fields))
 def q(xs):
@@ -59,10 +60,13 @@ lat(sub, lab, 'submit -> labelled')
 lat(sub, run, 'submit -> RUNNING seen')
 lat(run, bnd, 'RUNNING seen -> bound')
 lat(sub, bnd, 'submit -> bound')
-# per-second rates
-for name, d in [('submits', sub), ('seen running', run), ('bound', bnd)]:
+# per-second rates (Scheduled Events: when each went out, after giving way to the binds)
+evs = {i: t for i, (t, _) in enumerate(ev['background event going out'])}
+for name, d in [('submits', sub), ('seen running', run), ('bound', bnd), ('events', evs)]:
     h = collections.Counter(int(t) for t in d.values())
     print(f"{name:14s}/s:", ' '.join(f"{h.get(i,0)}" for i in range(0, int(max(d.values(), default=0)) + 1)))
+expired = sum(1 for _, f in ev['background event going out'] if f.get('lag_expired') == 'true')
+if evs: print(f"events that waited their longest (EVENT_MAX_LAG): {expired} of {len(evs)}")
 
 if len(sys.argv) > 2:
     created, boundat = {}, {}

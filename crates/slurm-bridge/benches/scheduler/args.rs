@@ -30,10 +30,15 @@ pub(crate) struct Args {
     pub(crate) burst: u32,
     pub(crate) poll: String,
     pub(crate) skip_raw: bool,
+    /// The bridge's pods created bare, without what the admission webhook adds at creation
+    /// (the finalizer and the toleration then come with the bind-time label patch).
+    pub(crate) bare_pods: bool,
+    /// Burst mode: runs in a row, each on fresh instances, then the medians.
+    pub(crate) runs: u32,
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw, --bare-pods, --runs N (burst)";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -50,6 +55,8 @@ pub(crate) fn args() -> Args {
         burst: 2000,
         poll: "1s".into(),
         skip_raw: false,
+        bare_pods: false,
+        runs: 1,
     };
     let mut it = std::env::args().skip(1);
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
@@ -80,6 +87,8 @@ pub(crate) fn args() -> Args {
             "--kube-api-burst" => a.burst = num("--kube-api-burst", it.next()),
             "--poll" => a.poll = it.next().expect("--poll DURATION"),
             "--skip-raw" => a.skip_raw = true,
+            "--bare-pods" => a.bare_pods = true,
+            "--runs" => a.runs = num::<u32>("--runs", it.next()).max(1),
             "--bench" => {}
             other => panic!("unknown argument {other}: {USAGE}"),
         }

@@ -11,7 +11,42 @@ use crate::raw::raw_burst;
 use std::process::Command;
 use std::time::Instant;
 
-pub(crate) async fn burst(a: &Args) {
+/// What one burst run measured.
+pub(crate) struct Figures {
+    bridge: f64,
+    floor_or_raw: f64,
+    kube_scheduler: f64,
+}
+
+/// `--runs` bursts in a row, then the median of each figure and ratio.
+pub(crate) async fn bursts(a: &Args) {
+    let mut runs = Vec::new();
+    for i in 1..=a.runs {
+        if a.runs > 1 {
+            println!("-- run {i} of {}", a.runs);
+        }
+        runs.push(burst(a).await);
+    }
+    if runs.len() < 2 {
+        return;
+    }
+    let median = |f: &dyn Fn(&Figures) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    report!(
+        "median of {} runs: bridge {:.2} s, max(raw Slurm, bind floor) {:.2} s, kube-scheduler {:.2} s; bridge / max(raw, floor) = {:.2}, bridge / kube-scheduler = {:.2}",
+        runs.len(),
+        median(&|f| f.bridge),
+        median(&|f| f.floor_or_raw),
+        median(&|f| f.kube_scheduler),
+        median(&|f| f.bridge / f.floor_or_raw),
+        median(&|f| f.bridge / f.kube_scheduler),
+    );
+}
+
+async fn burst(a: &Args) -> Figures {
     let n = a.pods;
     let nodes = a.nodes.unwrap_or(n);
     println!(
@@ -90,4 +125,9 @@ pub(crate) async fn burst(a: &Args) {
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
+    Figures {
+        bridge: t.as_secs_f64(),
+        floor_or_raw: floor_or_raw.as_secs_f64(),
+        kube_scheduler: ks.as_secs_f64(),
+    }
 }

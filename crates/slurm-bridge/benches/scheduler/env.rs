@@ -1,7 +1,7 @@
 //! The environment of a run: Slurm and Kubernetes instances, namespaces, pods and the watch
 //! that times their binding.
 
-use crate::JOB_LABEL;
+use crate::{BRIDGE, JOB_LABEL};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -98,14 +98,29 @@ pub(crate) fn pod_object(name: &str, scheduler: &str) -> Pod {
     pod_object_with(name, scheduler, None)
 }
 
-/// A pod for `scheduler`, with a one-label nodeSelector when `selector` is set.
+/// Whether the bridge's pods are created bare (`--bare-pods`), not as admitted.
+pub(crate) static BARE_PODS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A pod for `scheduler`, with a one-label nodeSelector when `selector` is set. The bridge's
+/// pods are created as its admission webhook admits them (as under the chart): with the
+/// finalizer and the managed-node toleration, so the bind-time label patch is metadata-only;
+/// bare with `--bare-pods`.
 pub(crate) fn pod_object_with(name: &str, scheduler: &str, selector: Option<(&str, &str)>) -> Pod {
     let mut spec = json!({"schedulerName": scheduler,
              "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "infinity"]}]});
     if let Some((k, v)) = selector {
         spec["nodeSelector"] = json!({ k: v });
     }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    if scheduler != BRIDGE || BARE_PODS.load(std::sync::atomic::Ordering::Relaxed) {
+        return pod;
+    }
+    let ops = slurm_bridge::admission::mutate::bind_ready(&pod, scheduler);
+    let mut admitted = serde_json::to_value(&pod).unwrap();
+    json_patch::patch(&mut admitted, &ops).expect("the webhook's patch applies");
+    serde_json::from_value(admitted).unwrap()
 }
 
 /// A namespace with its default ServiceAccount (which the controller manager creates).

@@ -27,7 +27,7 @@
 //!
 //! `cargo bench -p slurm-bridge --bench scheduler -- [--mode burst|arrival|backlog|scale|listing|all]
 //! [--pods N] [--nodes N] [--backlog J] [--rate R] [--seconds S] [--workers W]
-//! [--kube-api-qps Q] [--kube-api-burst B] [--poll 1s] [--skip-raw]`; the defaults are small
+//! [--kube-api-qps Q] [--kube-api-burst B] [--poll 1s] [--skip-raw] [--bare-pods] [--runs N]`; the defaults are small
 //! (100 pods; arrival 50/s for 4 s).
 
 /// One line of figures, with the load average beside it.
@@ -61,7 +61,7 @@ const SMOKE_LIMIT: Duration = Duration::from_secs(300);
 
 async fn run(a: &Args) {
     match a.mode {
-        Mode::Burst => burst::burst(a).await,
+        Mode::Burst => burst::bursts(a).await,
         Mode::Arrival => arrival::arrival(a).await,
         Mode::Backlog => backlog::backlog(a).await,
         Mode::Scale => scale::scale(a).await,
@@ -119,5 +119,12 @@ async fn all(a: &Args) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    run(&args::args()).await;
+    let a = args::args();
+    env::BARE_PODS.store(a.bare_pods, std::sync::atomic::Ordering::Relaxed);
+    if !a.bare_pods {
+        println!(
+            "(the bridge's pods are created as its admission webhook admits them: with the finalizer and toleration; --bare-pods for without)"
+        );
+    }
+    run(&a).await;
 }
