@@ -147,7 +147,8 @@ impl<S: Slurm> Ctx<S> {
     ) -> Self {
         Ctx {
             reader: caches.reader(client.clone()),
-            writer: PodWriter::new(client.clone(), &config.scheduler_name),
+            writer: PodWriter::new(client.clone(), &config.scheduler_name)
+                .repairing_labels(&metrics.kube_writes),
             config,
             client,
             slurm: caches.slurm,

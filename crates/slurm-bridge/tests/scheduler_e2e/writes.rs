@@ -125,3 +125,82 @@ async fn annotations_reach_slurm() {
     }
     env.assert_consistent().await;
 }
+
+/// The real API server (Kubernetes 1.36) copies a Binding's labels onto the pod, which the
+/// writer counts on when a pod's label patch has not gone out before its bind: the Binding
+/// carries the job id label, and label, node, node annotation and PodScheduled=True land in
+/// that one write. The pod is released and deleted again; nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_api_server_copies_the_bindings_job_id_label() {
+    use k8s_openapi::api::core::v1::Node;
+    use slurm_bridge::k8s::PodWriter;
+    use slurm_bridge::k8s::writes::{KubeWrites, write_kind};
+    use slurm_bridge::wellknown::{
+        ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, managed_node_toleration,
+    };
+    let env = Env::start(1).await;
+    let nodes = kube::Api::<Node>::all(env.kube.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let node = kube::ResourceExt::name_any(&nodes.items[0]);
+    // As the admission webhook creates it: the label is all the scheduler's patch would set.
+    let mut manifest = pod(
+        "carried",
+        json!({}),
+        json!({"tolerations": [managed_node_toleration(e2e::SCHEDULER)]}),
+    );
+    manifest["metadata"]["finalizers"] = json!([FINALIZER]);
+    let created = env.create_pod(manifest).await;
+    let slim: slurm_bridge::k8s::slim_pod::Pod =
+        serde_json::from_value(serde_json::to_value(&created).unwrap()).unwrap();
+    let writes = KubeWrites::default();
+    let writer = PodWriter::new(env.kube.clone(), e2e::SCHEDULER);
+    let label = writer
+        .label_for_binding(&writes, &slim, 4242)
+        .await
+        .unwrap();
+    assert!(
+        writer
+            .bind_carrying(&writes, &slim, &node, label)
+            .await
+            .unwrap()
+    );
+    assert_eq!(writes.of(write_kind::LABEL), 0, "no label patch");
+    assert_eq!(writes.total(), 1, "the Binding alone");
+    let p = env.pods().get("carried").await.unwrap();
+    assert_eq!(
+        kube::ResourceExt::labels(&p).get(LABEL_SLURM_JOBID),
+        Some(&"4242".to_string()),
+        "the Binding's label, copied by kube-apiserver"
+    );
+    assert_eq!(e2e::node_of(&p), node);
+    assert_eq!(
+        kube::ResourceExt::annotations(&p).get(ANNOTATION_SLURM_NODE),
+        Some(&node)
+    );
+    assert_eq!(
+        e2e::scheduled_condition(&p).map(|c| c.0),
+        Some("True".to_string())
+    );
+    // Deleted and released (the node agent writes the pod's status meanwhile: the release,
+    // guarded by the resourceVersion, is retried on a fresh copy): no pod and no Slurm job left.
+    env.pods()
+        .delete(
+            "carried",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .unwrap();
+    e2e::wait_until("the pod gone", Duration::from_secs(60), async || {
+        let Some(p) = env.pods().get_opt("carried").await.unwrap() else {
+            return true;
+        };
+        let slim: slurm_bridge::k8s::slim_pod::Pod =
+            serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        let _ = writer.remove_finalizer(&writes, &slim).await;
+        false
+    })
+    .await;
+    env.assert_consistent().await;
+}

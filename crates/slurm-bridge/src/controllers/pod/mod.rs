@@ -195,6 +195,31 @@ async fn job_of<S: Slurm>(
     Ok(Some(job.ok_or(id)))
 }
 
+/// How long a pod the scheduler bound without the job id label has left to get it: the
+/// Binding carried the label, and an API server that does not copy a Binding's labels
+/// (Kubernetes before 1.35, or PodTopologyLabelsAdmission off) dropped it; the scheduler sees
+/// that in its cache and patches it (`k8s::pod_writer::binding_labels`). Without the grace such
+/// a pod would be removed as bound with no job.
+pub const LABEL_GRACE: Duration = Duration::from_secs(30);
+
+/// The rest of [`LABEL_GRACE`] for a pod bound by this scheduler (it carries the node
+/// annotation only a Binding of the bridge sets) less than that long before `now`.
+fn label_grace(pod: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<Duration> {
+    pod.annotations()
+        .get(crate::wellknown::ANNOTATION_SLURM_NODE)?;
+    let scheduled = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?;
+    let since = scheduled.last_transition_time.as_ref()?.0;
+    let age = now.duration_since(since);
+    let age = Duration::try_from(age).unwrap_or_default();
+    LABEL_GRACE.checked_sub(age).filter(|d| !d.is_zero())
+}
+
 /// One pass for a pod and, through it, its job.
 pub async fn reconcile<S: Slurm>(pod: Arc<Pod>, ctx: Arc<PodCtx<S>>) -> Result<Action, PodError> {
     let started = Instant::now();
@@ -225,6 +250,18 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         && !j.is_running()
     {
         job = Some(ctx.caches.jobs.refresh(j.job_id).await?.ok_or(j.job_id));
+    }
+    if job.is_none()
+        && me.bound
+        && !me.finished()
+        && !me.deleting
+        && let Some(wait) = label_grace(pod, k8s_openapi::jiff::Timestamp::now())
+    {
+        tracing::debug!(
+            ?wait,
+            "bound without its job id label just now; waiting for it"
+        );
+        return Ok(Action::requeue(wait + Duration::from_millis(100)));
     }
     let view = match &job {
         None => JobView::NoLabel,
@@ -410,5 +447,54 @@ pub async fn run<S: Slurm>(
     tokio::select! {
         _ = controller => {}
         _ = feeder => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(annotated: bool, scheduled_at: Option<&str>) -> Pod {
+        let annotations = if annotated {
+            json!({crate::wellknown::ANNOTATION_SLURM_NODE: "n1"})
+        } else {
+            json!({})
+        };
+        let conditions = match scheduled_at {
+            Some(t) => json!([{"type": "PodScheduled", "status": "True", "lastTransitionTime": t}]),
+            None => json!([]),
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
+            "spec": {"nodeName": "n1"},
+            "status": {"conditions": conditions},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_pod_bound_without_its_label_gets_a_grace_only_when_just_bound_by_the_bridge() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-12-03T12:00:30Z".parse().unwrap();
+        assert_eq!(
+            label_grace(&pod(true, Some("2026-12-03T12:00:10Z")), now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            label_grace(&pod(true, Some("2026-12-03T12:00:00Z")), now),
+            None,
+            "grace over"
+        );
+        assert_eq!(
+            label_grace(&pod(false, Some("2026-12-03T12:00:10Z")), now),
+            None,
+            "not bound by the bridge's Binding"
+        );
+        assert_eq!(label_grace(&pod(true, None), now), None, "no PodScheduled");
+        assert_eq!(
+            label_grace(&pod(true, Some("2026-12-03T12:01:00Z")), now),
+            Some(LABEL_GRACE),
+            "a clock behind the API server's"
+        );
     }
 }

@@ -30,7 +30,23 @@ use std::sync::{Arc, Mutex};
 struct Bound {
     uid: Option<String>,
     node: String,
+    /// The job id label the Binding carried, until the cache first shows the pod bound
+    /// ([`binding_labels`]).
+    label: Option<u32>,
 }
+
+/// A background label patch not sent yet, which a bind may take over ([`PodWriter::take_queued`]).
+struct Queued {
+    uid: Option<String>,
+    job_id: u32,
+    /// Taken by the task when its turn comes, or by the bind.
+    ticket: Arc<Mutex<Option<LabelTicket>>>,
+}
+
+/// How a pod's job id label reaches it when it is bound ([`PodWriter::label_for_binding`]):
+/// patched already, or carried on the Binding under the ticket.
+#[derive(Default)]
+pub struct BindLabel(Option<(u32, LabelTicket)>);
 
 /// Writes pods and records events as the scheduler.
 #[derive(Clone)]
@@ -56,10 +72,20 @@ pub struct PodWriter {
     /// Label patches and Bindings in flight: the writes a pod waits for, which background
     /// Events give way to ([`EVENT_MAX_LAG`]).
     urgent: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Bindings in flight, which background label patches give way to ([`LABEL_MAX_LAG`]).
+    bindings: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
+    label_max_lag: std::time::Duration,
     /// How long a background Event gives way to them ([`EVENT_MAX_LAG`]).
     event_max_lag: std::time::Duration,
     /// PodScheduled=False reports for [`REPORT_WORKERS`] to send ([`PodWriter::report`]).
     reports: Arc<ReportQueue>,
+    /// Background label patches waiting for their turn, by pod key.
+    queued: Arc<Mutex<HashMap<String, Queued>>>,
+    /// Whether the job id label may ride on the Binding ([`binding_labels`]).
+    binding_labels: Arc<binding_labels::BindingLabels>,
+    /// Where the label patch of a pod whose Binding's label was dropped is counted.
+    repair_writes: Option<KubeWrites>,
 }
 
 /// The action of the scheduler's Events about pods.
@@ -77,6 +103,13 @@ pub const BACKGROUND_EVENTS: usize = 2;
 /// never more than this late.
 pub const EVENT_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a background label patch gives way to the Bindings in flight: it is sent once none
+/// is, or after this long. In a burst the pods allocated meanwhile are bound with their label
+/// on the Binding (one write, not two: [`PodWriter::label_for_binding`]), and the API server
+/// spends itself on the Bindings; a pod that waits for Slurm shows its job id this much later
+/// at most.
+pub const LABEL_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Background label patches sent at once ([`PodWriter::label_in_background`]), as many as the
 /// scheduler's default workers: the label patches of a burst are in flight beside its Bindings,
 /// not all at once in front of them.
@@ -86,6 +119,7 @@ pub const BACKGROUND_LABELS: usize = 64;
 /// request at a time: fewer than the label patches and Bindings a pod waits for.
 pub const REPORT_WORKERS: usize = 16;
 
+mod binding_labels;
 mod report_queue;
 mod reports;
 
@@ -142,6 +176,15 @@ impl Identity {
     }
 }
 
+/// True when a [`label_patch`] sets the job id label and nothing else.
+fn is_label_only(patch: &serde_json::Value) -> bool {
+    patch.get("spec").is_none()
+        && patch["metadata"].as_object().is_some_and(|m| m.len() == 1)
+        && patch["metadata"]["labels"]
+            .as_object()
+            .is_some_and(|l| l.len() == 1)
+}
+
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
     Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
 }
@@ -165,9 +208,27 @@ impl PodWriter {
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
             urgent: Arc::new(tokio::sync::watch::channel(0).0),
+            bindings: Arc::new(tokio::sync::watch::channel(0).0),
+            label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
+            queued: Arc::default(),
+            binding_labels: Arc::default(),
+            repair_writes: None,
         }
+    }
+
+    /// The writer labelling (counted in `writes`) a pod whose Binding's label the API server
+    /// dropped, as the cache shows it bound ([`binding_labels`]).
+    pub fn repairing_labels(mut self, writes: &KubeWrites) -> Self {
+        self.repair_writes = Some(writes.clone());
+        self
+    }
+
+    /// The writer with background label patches giving way for `lag` at most (tests).
+    pub fn with_label_max_lag(mut self, lag: std::time::Duration) -> Self {
+        self.label_max_lag = lag;
+        self
     }
 
     /// The writer with background Events giving way for `lag` at most (tests).
@@ -193,14 +254,39 @@ impl PodWriter {
     /// versions the cache applies: a pass may still hold a copy read before them.
     pub fn seen(&self, pod: &Pod) {
         let key = pod_key(pod);
-        {
+        let carried = {
             let mut bound = self.bound();
-            if bound.get(&key).is_some_and(|b| b.uid != pod.uid()) {
-                bound.remove(&key);
+            match bound.get_mut(&key) {
+                Some(b) if b.uid != pod.uid() => {
+                    bound.remove(&key);
+                    None
+                }
+                // The first sight of the pod bound: did the Binding's label land with it?
+                Some(b) if crate::k8s::bound_node(pod) == Some(b.node.as_str()) => b.label.take(),
+                _ => None,
             }
-        }
+        };
         self.labels.seen(pod);
         self.reports.seen(&key, pod.metadata.uid.as_deref());
+        if let Some(job_id) = carried
+            && pod.labels().get(LABEL_SLURM_JOBID) != Some(&job_id.to_string())
+        {
+            self.label_dropped(pod, job_id);
+        }
+    }
+
+    /// The API server bound `pod` without the job id label its Binding carried: labels are
+    /// patched from now on, this pod's too.
+    fn label_dropped(&self, pod: &Pod, job_id: u32) {
+        if self.binding_labels.dropped() {
+            tracing::warn!(pod = %pod_key(pod), job_id,
+                "the API server does not copy a Binding's labels onto the pod (Kubernetes before \
+                 1.35, or feature gate PodTopologyLabelsAdmission off): the job id label is \
+                 patched before binding from now on");
+        }
+        if let Some(writes) = &self.repair_writes {
+            self.label_in_background(writes, pod, job_id, false);
+        }
     }
 
     /// Forgets what is kept about a pod (it was deleted).
@@ -275,12 +361,27 @@ impl PodWriter {
         match self.labels.claim(pod, job_id) {
             Claim::Done | Claim::Wait(_) => {}
             Claim::Send(ticket) => {
+                // Until its turn comes, the pod's bind may take it over ([`Self::take_queued`]).
+                let (key, ticket) = (pod_key(pod), Arc::new(Mutex::new(Some(ticket))));
+                let queued = Queued {
+                    uid: pod.uid(),
+                    job_id,
+                    ticket: ticket.clone(),
+                };
+                self.queued().insert(key.clone(), queued);
                 // A burst queues thousands of these: each keeps the pod's identity and the
                 // patch's text, not a copy of the pod and a tree of JSON values (about 4 KiB).
                 let (id, patch) = (Identity::of(pod), patch.to_string());
+                let deadline = tokio::time::Instant::now() + self.label_max_lag;
                 self.label_task(pod, job_id, async move {
                     // The semaphore is never closed; without a permit the patch is sent all the same.
                     let _slot = writer.label_slots.clone().acquire_owned().await.ok();
+                    let mut bindings = writer.bindings.subscribe();
+                    let _ = tokio::time::timeout_at(deadline, bindings.wait_for(|n| *n == 0)).await;
+                    let taken = ticket.locked().take();
+                    writer.unqueue(&key, &ticket);
+                    // None: the Binding carried the label.
+                    let Some(ticket) = taken else { return Ok(()) };
                     let patch: serde_json::Value =
                         serde_json::from_str(&patch).expect("a patch this writer printed");
                     writer.send_label(&writes_, &id.pod(), &patch, ticket).await
@@ -294,6 +395,70 @@ impl PodWriter {
                 })
             }
         }
+    }
+
+    fn queued(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queued>> {
+        self.queued.locked()
+    }
+
+    /// Forgets the queued patch of `key` held in `ticket` (its task's turn has come).
+    fn unqueue(&self, key: &str, ticket: &Arc<Mutex<Option<LabelTicket>>>) {
+        let mut queued = self.queued();
+        if queued
+            .get(key)
+            .is_some_and(|q| Arc::ptr_eq(&q.ticket, ticket))
+        {
+            queued.remove(key);
+        }
+    }
+
+    /// The ticket of the pod's background label patch with `job_id` when it has not gone out
+    /// yet: the caller sends the label instead, and the task sends nothing.
+    fn take_queued(&self, pod: &Pod, job_id: u32) -> Option<LabelTicket> {
+        let key = pod_key(pod);
+        let queued = {
+            let mut queued = self.queued();
+            let q = queued.get(&key)?;
+            if q.uid != pod.uid() || q.job_id != job_id {
+                return None;
+            }
+            queued.remove(&key)?
+        };
+        queued.ticket.locked().take()
+    }
+
+    /// Labels `pod` with `job_id` before it is bound: with a patch ([`PodWriter::label`]), or,
+    /// where the API server copies a Binding's labels ([`binding_labels`]) and the label is all
+    /// the pod lacks, nothing now and the label on the Binding ([`PodWriter::bind_carrying`]).
+    /// A background patch of it not sent yet is taken over (carried, or sent now rather than
+    /// behind the queue); one in flight is waited for.
+    pub async fn label_for_binding(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        job_id: u32,
+    ) -> Result<BindLabel, kube::Error> {
+        let Some(patch) = label_patch(pod, job_id, false, &self.scheduler_name) else {
+            return Ok(BindLabel::default());
+        };
+        let carried = is_label_only(&patch) && self.binding_labels.carried(&self.client).await;
+        if let Some(ticket) = self.take_queued(pod, job_id) {
+            if carried {
+                return Ok(BindLabel(Some((job_id, ticket))));
+            }
+            self.send_label(writes, pod, &patch, ticket).await?;
+            return Ok(BindLabel::default());
+        }
+        if carried {
+            match self.labels.claim(pod, job_id) {
+                Claim::Send(ticket) => return Ok(BindLabel(Some((job_id, ticket)))),
+                Claim::Done => return Ok(BindLabel::default()),
+                // In flight: waited for as `label` does.
+                Claim::Wait(_) | Claim::After(_) => {}
+            }
+        }
+        self.label(writes, pod, job_id, false).await?;
+        Ok(BindLabel::default())
     }
 
     /// Runs one label patch from a task of its own, counted in `background`.
@@ -409,6 +574,19 @@ impl PodWriter {
         pod: &Pod,
         node: &str,
     ) -> Result<bool, kube::Error> {
+        self.bind_carrying(writes, pod, node, BindLabel::default())
+            .await
+    }
+
+    /// As [`PodWriter::bind`], the Binding carrying the job id label when `label` says so
+    /// ([`PodWriter::label_for_binding`]).
+    pub async fn bind_carrying(
+        &self,
+        writes: &KubeWrites,
+        pod: &Pod,
+        node: &str,
+        label: BindLabel,
+    ) -> Result<bool, kube::Error> {
         if self.bind_posted(pod, node) {
             // Bound by this writer already (or being bound by a pass still running): the caller
             // read the pod before the cache showed the binding.
@@ -422,13 +600,21 @@ impl PodWriter {
             Bound {
                 uid: pod.uid(),
                 node: node.to_string(),
+                label: label.0.as_ref().map(|(job_id, _)| *job_id),
             },
         );
         // From now on `report` takes nothing for the pod; one in flight lands first.
         self.reports.bind(&key).await;
-        let outcome = self.post_binding(writes, pod, node).await;
-        if outcome.is_err() {
-            self.bound().remove(&key);
+        let (job_id, ticket) = label.0.unzip();
+        let outcome = self.post_binding(writes, pod, node, job_id).await;
+        match (&outcome, ticket) {
+            (Ok(true), Some(ticket)) => ticket.landed(pod, None),
+            (Err(_), _) => {
+                self.bound().remove(&key);
+            }
+            // Bound before (the ticket, dropped, counts as not landed: a later pass holding an
+            // unbound copy patches the label, if it is missing at all).
+            _ => {}
         }
         outcome
     }
@@ -439,6 +625,7 @@ impl PodWriter {
         writes: &KubeWrites,
         pod: &Pod,
         node: &str,
+        job_id: Option<u32>,
     ) -> Result<bool, kube::Error> {
         let api = api_for(&self.client, pod);
         let name = pod.name_any();
@@ -448,6 +635,7 @@ impl PodWriter {
                 namespace: pod.namespace(),
                 uid: pod.uid(),
                 annotations: Some([(ANNOTATION_SLURM_NODE.to_string(), node.to_string())].into()),
+                labels: job_id.map(|j| [(LABEL_SLURM_JOBID.to_string(), j.to_string())].into()),
                 ..Default::default()
             },
             target: ObjectReference {
@@ -458,7 +646,7 @@ impl PodWriter {
             },
         };
         writes.inc(write_kind::BINDING);
-        let _urgent = Urgent::new(&self.urgent);
+        let (_urgent, _binding) = (Urgent::new(&self.urgent), Urgent::new(&self.bindings));
         match api
             .create_subresource::<Binding, serde_json::Value>(
                 "binding",
@@ -618,6 +806,7 @@ mod tests {
                 Bound {
                     uid: Some("u1".into()),
                     node: "n1".into(),
+                    label: None,
                 },
             )
         };

@@ -203,8 +203,9 @@ async fn plan_claims<S: Slurm>(
     }
 }
 
-/// Labels one pod with the job, makes its ResourceClaim (if it asks for DRA devices) and binds
-/// it to `node`; a failed binding deletes the claim again. `Ok(true)`: the pod is bound (now or
+/// Labels one pod with the job (or has the Binding carry the label), makes its ResourceClaim
+/// (if it asks for DRA devices) and binds it to `node`; a failed binding deletes the claim
+/// again. `Ok(true)`: the pod is bound (now or
 /// by an earlier pass of this scheduler); `Ok(false)`: it was deleted meanwhile.
 async fn bind_one<S: Slurm>(
     ctx: &Ctx<S>,
@@ -215,11 +216,11 @@ async fn bind_one<S: Slurm>(
     node: &str,
 ) -> Result<bool, ReconcileError> {
     let writes = &ctx.metrics.kube_writes;
-    let bound = match ctx.writer.label(writes, p, job.job_id, false).await {
+    let bound = match ctx.writer.label_for_binding(writes, p, job.job_id).await {
         // The pod's ResourceClaim, if it asks for DRA devices, is allocated before binding.
-        Ok(()) => match claims::ensure_claim(claim_writer, claim_plan, p).await {
+        Ok(label) => match claims::ensure_claim(claim_writer, claim_plan, p).await {
             Ok(claim) => {
-                let bound = ctx.writer.bind(writes, p, node).await;
+                let bound = ctx.writer.bind_carrying(writes, p, node, label).await;
                 if let (Err(_), Some(name)) = (&bound, &claim) {
                     claims::undo(claim_writer, p, name).await;
                 }

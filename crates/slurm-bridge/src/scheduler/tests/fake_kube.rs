@@ -29,7 +29,7 @@ impl KubeWrite {
     /// - `label ns/a 7`: pod patch setting the job id label (with finalizer and toleration)
     /// - `unlabel ns/a`: pod patch removing the job id label
     /// - `finalizer- ns/a`: pod patch of the finalizers only (the bridge's removed)
-    /// - `bind ns/a n1`: pods/binding
+    /// - `bind ns/a n1`: pods/binding (`bind ns/a n1 label=7` carrying the job id label)
     /// - `condition ns/a Reason`: pods/status patch of PodScheduled
     /// - `event ns/a Reason` (Normal) or `warning ns/a Reason` (Warning)
     /// - `podgroup ns/pg Type=Status,...`: PodGroup status patch
@@ -49,7 +49,13 @@ impl KubeWrite {
         let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
         match (self.method.as_str(), plural, sub) {
             ("POST", "pods", Some("binding")) => {
-                format!("bind {ns}/{name} {}", text(&b["target"]["name"]))
+                let label = &b["metadata"]["labels"][crate::wellknown::LABEL_SLURM_JOBID];
+                let node = text(&b["target"]["name"]);
+                if label.is_string() {
+                    format!("bind {ns}/{name} {node} label={}", text(label))
+                } else {
+                    format!("bind {ns}/{name} {node}")
+                }
             }
             ("POST", "events", None) => format!(
                 "{} {ns}/{} {}",
@@ -113,6 +119,8 @@ struct State_ {
     failures: Vec<Failure>,
     /// Requests whose path ends so wait for a permit of the semaphore before they are answered.
     held: Vec<(String, Arc<tokio::sync::Semaphore>)>,
+    /// A Binding's labels are copied onto the pod (Kubernetes 1.35 and later, by default).
+    copies_binding_labels: bool,
 }
 
 /// The fake API server.
@@ -291,6 +299,16 @@ impl FakeKube {
         s.objects.insert(path_of(&obj), obj);
     }
 
+    /// Answers `GET /version` with Kubernetes 1.`minor`, whose Bindings' labels reach the pod
+    /// when `copies_binding_labels` (without a version, none is served: an old server).
+    pub fn serve_version(&self, minor: u32, copies_binding_labels: bool) {
+        let mut s = self.state();
+        let version = json!({"major": "1", "minor": minor.to_string(),
+                             "gitVersion": format!("v1.{minor}.0")});
+        s.objects.insert("/version".into(), version);
+        s.copies_binding_labels = copies_binding_labels;
+    }
+
     /// The object at `path`, as the fake holds it now.
     pub fn get(&self, path: &str) -> Option<Value> {
         self.state().objects.get(path).cloned()
@@ -412,6 +430,7 @@ impl FakeKube {
         }
         if *method == Method::POST {
             if let Some(pod_path) = path.strip_suffix("/binding") {
+                let copies_labels = s.copies_binding_labels;
                 let Some(pod) = s.objects.get_mut(pod_path) else {
                     return (
                         404,
@@ -431,6 +450,13 @@ impl FakeKube {
                 if let Some(ann) = body["metadata"]["annotations"].as_object() {
                     for (k, v) in ann {
                         pod["metadata"]["annotations"][k] = v.clone();
+                    }
+                }
+                if let Some(labels) = body["metadata"]["labels"].as_object()
+                    && copies_labels
+                {
+                    for (k, v) in labels {
+                        pod["metadata"]["labels"][k] = v.clone();
                     }
                 }
                 merge(

@@ -93,6 +93,14 @@ impl Obj {
             .set("/spec/tolerations", json!([toleration]))
     }
 
+    /// As the admission webhook creates a pod: the finalizer and the bridge toleration, so the
+    /// scheduler's label patch is the label alone.
+    pub fn admitted(self) -> Self {
+        let toleration = crate::wellknown::managed_node_toleration(SCHEDULER);
+        self.with_finalizer()
+            .set("/spec/tolerations", json!([toleration]))
+    }
+
     pub fn with_finalizer(self) -> Self {
         self.set("/metadata/finalizers", json!([FINALIZER]))
     }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::k8s::slim_pod::Pod;
+use kube::ResourceExt;
 use kube::runtime::watcher;
 
 /// A pass labels the pod (version 11 on top of the 10 it read) and the cache applies 11 before
@@ -286,4 +287,233 @@ async fn a_background_label_sends_the_patch_and_records_it_as_the_pass_would() {
         .await
         .expect("label");
     assert_eq!(h.kube.raw_writes().len(), 1, "{:?}", h.kube.writes());
+}
+
+/// Where the API server copies a Binding's labels onto the pod (Kubernetes 1.35 and later), a
+/// pod whose background label patch has not gone out yet when it is bound gets the label on the
+/// Binding: one write instead of two, and the queued patch is never sent.
+#[tokio::test]
+async fn the_binding_carries_the_label_of_a_patch_not_sent_yet() {
+    let h = Harness::new(
+        World::nodes(&["n1", "n2"])
+            .with(pod("a").admitted())
+            .with(pod("b").admitted()),
+    )
+    .await;
+    h.kube.serve_version(36, true);
+    let writes = &h.ctx.metrics.kube_writes;
+    // Pod b, with no patch queued: the bind claims the label and carries it.
+    let b = h.pod("b");
+    let label = h
+        .ctx
+        .writer
+        .label_for_binding(writes, &b, 8)
+        .await
+        .expect("label");
+    assert!(
+        h.ctx
+            .writer
+            .bind_carrying(writes, &b, "n2", label)
+            .await
+            .expect("bind")
+    );
+    // Pod a: the submit's patch is queued (its task has not run: this runtime has one thread
+    // and the test has not yielded since), then the bind takes it over.
+    let a = h.pod("a");
+    h.ctx.writer.label_in_background(writes, &a, 7, false);
+    let label = h
+        .ctx
+        .writer
+        .label_for_binding(writes, &a, 7)
+        .await
+        .expect("label");
+    assert!(
+        h.ctx
+            .writer
+            .bind_carrying(writes, &a, "n1", label)
+            .await
+            .expect("bind")
+    );
+    h.ctx.writer.background_done().await;
+    assert_eq!(
+        h.kube.writes_of(&["label ", "bind "]),
+        ["bind ns/b n2 label=8", "bind ns/a n1 label=7"],
+        "no label patch"
+    );
+    for (name, job) in [("a", "7"), ("b", "8")] {
+        let p = h.pod(name);
+        assert_eq!(
+            p.labels()
+                .get(crate::wellknown::LABEL_SLURM_JOBID)
+                .map(String::as_str),
+            Some(job),
+            "{name}"
+        );
+    }
+    // The cache shows them bound and labelled: nothing more is written.
+    h.ctx.pod_event(&watcher::Event::Apply(h.pod("a")));
+    h.ctx.pod_event(&watcher::Event::Apply(h.pod("b")));
+    h.ctx.writer.background_done().await;
+    assert_eq!(h.kube.writes_of(&["label "]), Vec::<String>::new());
+    // A pass still holding the unbound copy finds the label written.
+    h.ctx
+        .writer
+        .label(writes, &a, 7, false)
+        .await
+        .expect("label");
+    assert_eq!(h.kube.writes_of(&["label "]), Vec::<String>::new());
+}
+
+/// An API server that drops a Binding's labels (before 1.35, or the gate off): the first pod
+/// bound so is labelled by a patch as soon as the cache shows it, and every later pod is labelled
+/// before its Binding. Before 1.35 no Binding carries the label at all; a pod created without
+/// the webhook (finalizer and toleration missing) never has its patch folded into the Binding.
+#[tokio::test]
+async fn a_dropped_binding_label_is_patched_and_labels_go_first_from_then_on() {
+    let h = Harness::new(
+        World::nodes(&["n1", "n2"])
+            .with(pod("a").admitted())
+            .with(pod("b").admitted()),
+    )
+    .await;
+    h.kube.serve_version(36, false);
+    let writes = &h.ctx.metrics.kube_writes;
+    let a = h.pod("a");
+    let label = h
+        .ctx
+        .writer
+        .label_for_binding(writes, &a, 7)
+        .await
+        .expect("label");
+    assert!(
+        h.ctx
+            .writer
+            .bind_carrying(writes, &a, "n1", label)
+            .await
+            .expect("bind")
+    );
+    let bound = h.pod("a");
+    assert_eq!(
+        bound.labels().get(crate::wellknown::LABEL_SLURM_JOBID),
+        None
+    );
+    h.ctx.pod_event(&watcher::Event::Apply(bound));
+    h.ctx.writer.background_done().await;
+    let b = h.pod("b");
+    let label = h
+        .ctx
+        .writer
+        .label_for_binding(writes, &b, 8)
+        .await
+        .expect("label");
+    assert!(
+        h.ctx
+            .writer
+            .bind_carrying(writes, &b, "n2", label)
+            .await
+            .expect("bind")
+    );
+    assert_eq!(
+        h.kube.writes_of(&["label ", "bind "]),
+        [
+            "bind ns/a n1 label=7",
+            "label ns/a 7",
+            "label ns/b 8",
+            "bind ns/b n2"
+        ]
+    );
+    assert_eq!(
+        h.pod("a")
+            .labels()
+            .get(crate::wellknown::LABEL_SLURM_JOBID)
+            .map(String::as_str),
+        Some("7")
+    );
+
+    for (minor, pod_) in [(34, pod("c").admitted()), (36, pod("c"))] {
+        let h = Harness::new(World::nodes(&["n1"]).with(pod_)).await;
+        h.kube.serve_version(minor, true);
+        let writes = &h.ctx.metrics.kube_writes;
+        let c = h.pod("c");
+        let label = h
+            .ctx
+            .writer
+            .label_for_binding(writes, &c, 9)
+            .await
+            .expect("label");
+        assert!(
+            h.ctx
+                .writer
+                .bind_carrying(writes, &c, "n1", label)
+                .await
+                .expect("bind")
+        );
+        assert_eq!(
+            h.kube.writes_of(&["label ", "bind "]),
+            ["label ns/c 9", "bind ns/c n1"],
+            "1.{minor}"
+        );
+    }
+}
+
+/// In a burst, a background label patch gives way to the Bindings in flight, and the bind of its
+/// pod takes it over: carried on the Binding where the API server copies its labels (1.36), else
+/// sent by the bind at once, never waited for behind the queue (its longest wait is an hour
+/// here: a bind that waited would not end).
+#[tokio::test]
+async fn a_queued_label_gives_way_to_bindings_and_its_bind_takes_it_over() {
+    for (minor, want) in [
+        (36, vec!["bind ns/a n1 label=7"]),
+        (34, vec!["label ns/a 7", "bind ns/a n1"]),
+    ] {
+        let h = Harness::new(
+            World::nodes(&["n1", "n2"])
+                .with(pod("a").admitted())
+                .with(pod("held").admitted()),
+        )
+        .await;
+        h.kube.serve_version(minor, true);
+        let writes = &h.ctx.metrics.kube_writes;
+        let writer = h
+            .ctx
+            .writer
+            .clone()
+            .with_label_max_lag(Duration::from_secs(3600));
+        let gate = h.kube.hold("/pods/held/binding");
+        let held = tokio::spawn({
+            let (writer, writes, p) = (writer.clone(), writes.clone(), h.pod("held"));
+            async move { writer.bind(&writes, &p, "n2").await }
+        });
+        while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let a = h.pod("a");
+        writer.label_in_background(writes, &a, 7, false);
+        let bound = tokio::time::timeout(Duration::from_secs(60), async {
+            let label = writer
+                .label_for_binding(writes, &a, 7)
+                .await
+                .expect("label");
+            writer
+                .bind_carrying(writes, &a, "n1", label)
+                .await
+                .expect("bind")
+        })
+        .await
+        .expect("the bind waited for the queued label patch");
+        assert!(bound);
+        assert_eq!(
+            h.kube.writes_of(&["label ", "bind ns/a"]),
+            want,
+            "1.{minor}"
+        );
+        gate.add_permits(1);
+        assert!(held.await.unwrap().expect("bind"));
+        writer.background_done().await;
+        assert_eq!(
+            h.kube.writes_of(&["label "]).len(),
+            want.iter().filter(|w| w.starts_with("label ")).count(),
+            "1.{minor}: the queued patch is not sent after all"
+        );
+    }
 }
