@@ -72,7 +72,8 @@ pub struct PodWriter {
     /// Label patches and Bindings in flight: the writes a pod waits for, which background
     /// Events give way to ([`EVENT_MAX_LAG`]).
     urgent: Arc<tokio::sync::watch::Sender<usize>>,
-    /// Bindings in flight, which background label patches give way to ([`LABEL_MAX_LAG`]).
+    /// Bindings and submits in flight, which background label patches give way to
+    /// ([`LABEL_MAX_LAG`]).
     bindings: Arc<tokio::sync::watch::Sender<usize>>,
     /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
     label_max_lag: std::time::Duration,
@@ -103,11 +104,11 @@ pub const BACKGROUND_EVENTS: usize = 2;
 /// never more than this late.
 pub const EVENT_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How long a background label patch gives way to the Bindings in flight: it is sent once none
-/// is, or after this long. In a burst the pods allocated meanwhile are bound with their label
-/// on the Binding (one write, not two: [`PodWriter::label_for_binding`]), and the API server
-/// spends itself on the Bindings; a pod that waits for Slurm shows its job id this much later
-/// at most.
+/// How long a background label patch gives way to the Bindings and submits in flight
+/// ([`PodWriter::labels_wait`]): it is sent once none is, or after this long. In a burst the
+/// pods allocated meanwhile are bound with their label on the Binding (one write, not two:
+/// [`PodWriter::label_for_binding`]), and the API server spends itself on the Bindings; a pod
+/// that waits for Slurm shows its job id this much later at most.
 pub const LABEL_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Background label patches sent at once ([`PodWriter::label_in_background`]), as many as the
@@ -123,8 +124,8 @@ mod binding_labels;
 mod report_queue;
 mod reports;
 
-/// One label patch or Binding in flight, counted while it lives.
-struct Urgent<'a>(&'a tokio::sync::watch::Sender<usize>);
+/// One write (or submit) in flight, counted while it lives.
+pub struct Urgent<'a>(&'a tokio::sync::watch::Sender<usize>);
 
 impl<'a> Urgent<'a> {
     fn new(count: &'a tokio::sync::watch::Sender<usize>) -> Self {
@@ -223,6 +224,14 @@ impl PodWriter {
     pub fn repairing_labels(mut self, writes: &KubeWrites) -> Self {
         self.repair_writes = Some(writes.clone());
         self
+    }
+
+    /// Background label patches wait while the returned guard lives, as they do while a
+    /// Binding is in flight ([`LABEL_MAX_LAG`]): held by a submit, so in a burst the pods whose
+    /// jobs Slurm starts at once are bound with the label on the Binding, one write, while the
+    /// submits and Bindings have the API server and the CPU.
+    pub fn labels_wait(&self) -> Urgent<'_> {
+        Urgent::new(&self.bindings)
     }
 
     /// The writer with background label patches giving way for `lag` at most (tests).

@@ -163,7 +163,13 @@ pub(super) async fn submit<S: Slurm>(
         return Ok(action);
     }
     let (desc, comment) = stamped(desc, tr, hash);
-    let job_id = match ctx.slurm.submit(&desc).await {
+    let submitted = {
+        // The label patches queued meanwhile wait: those of the pods Slurm starts at once ride
+        // on their Bindings.
+        let _labels_wait = ctx.writer.labels_wait();
+        ctx.slurm.submit(&desc).await
+    };
+    let job_id = match submitted {
         Ok(id) => id,
         Err(e) if rejection::is_permanent(&e) => {
             return Ok(rejected(ctx, pod, tr, fingerprint, &e).await);
