@@ -289,6 +289,24 @@ async fn a_background_label_sends_the_patch_and_records_it_as_the_pass_would() {
     assert_eq!(h.kube.raw_writes().len(), 1, "{:?}", h.kube.writes());
 }
 
+/// Labels and binds `pod` to `node` as `bind::bind_one` does.
+async fn bind_as_the_pass_does(
+    writer: &crate::k8s::PodWriter,
+    writes: &crate::k8s::writes::KubeWrites,
+    pod: &Pod,
+    job_id: u32,
+    node: &str,
+) -> bool {
+    let label = writer
+        .label_for_binding(writes, pod, job_id)
+        .await
+        .expect("label");
+    writer
+        .bind_carrying(writes, pod, node, label)
+        .await
+        .expect("bind")
+}
+
 /// Where the API server copies a Binding's labels onto the pod (Kubernetes 1.35 and later), a
 /// pod whose background label patch has not gone out yet when it is bound gets the label on the
 /// Binding: one write instead of two, and the queued patch is never sent.
@@ -304,36 +322,12 @@ async fn the_binding_carries_the_label_of_a_patch_not_sent_yet() {
     let writes = &h.ctx.metrics.kube_writes;
     // Pod b, with no patch queued: the bind claims the label and carries it.
     let b = h.pod("b");
-    let label = h
-        .ctx
-        .writer
-        .label_for_binding(writes, &b, 8)
-        .await
-        .expect("label");
-    assert!(
-        h.ctx
-            .writer
-            .bind_carrying(writes, &b, "n2", label)
-            .await
-            .expect("bind")
-    );
+    assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &b, 8, "n2").await);
     // Pod a: the submit's patch is queued (its task has not run: this runtime has one thread
     // and the test has not yielded since), then the bind takes it over.
     let a = h.pod("a");
     h.ctx.writer.label_in_background(writes, &a, 7, false);
-    let label = h
-        .ctx
-        .writer
-        .label_for_binding(writes, &a, 7)
-        .await
-        .expect("label");
-    assert!(
-        h.ctx
-            .writer
-            .bind_carrying(writes, &a, "n1", label)
-            .await
-            .expect("bind")
-    );
+    assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &a, 7, "n1").await);
     h.ctx.writer.background_done().await;
     assert_eq!(
         h.kube.writes_of(&["label ", "bind "]),
@@ -379,19 +373,7 @@ async fn a_dropped_binding_label_is_patched_and_labels_go_first_from_then_on() {
     h.kube.serve_version(36, false);
     let writes = &h.ctx.metrics.kube_writes;
     let a = h.pod("a");
-    let label = h
-        .ctx
-        .writer
-        .label_for_binding(writes, &a, 7)
-        .await
-        .expect("label");
-    assert!(
-        h.ctx
-            .writer
-            .bind_carrying(writes, &a, "n1", label)
-            .await
-            .expect("bind")
-    );
+    assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &a, 7, "n1").await);
     let bound = h.pod("a");
     assert_eq!(
         bound.labels().get(crate::wellknown::LABEL_SLURM_JOBID),
@@ -400,19 +382,7 @@ async fn a_dropped_binding_label_is_patched_and_labels_go_first_from_then_on() {
     h.ctx.pod_event(&watcher::Event::Apply(bound));
     h.ctx.writer.background_done().await;
     let b = h.pod("b");
-    let label = h
-        .ctx
-        .writer
-        .label_for_binding(writes, &b, 8)
-        .await
-        .expect("label");
-    assert!(
-        h.ctx
-            .writer
-            .bind_carrying(writes, &b, "n2", label)
-            .await
-            .expect("bind")
-    );
+    assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &b, 8, "n2").await);
     assert_eq!(
         h.kube.writes_of(&["label ", "bind "]),
         [
@@ -435,19 +405,7 @@ async fn a_dropped_binding_label_is_patched_and_labels_go_first_from_then_on() {
         h.kube.serve_version(minor, true);
         let writes = &h.ctx.metrics.kube_writes;
         let c = h.pod("c");
-        let label = h
-            .ctx
-            .writer
-            .label_for_binding(writes, &c, 9)
-            .await
-            .expect("label");
-        assert!(
-            h.ctx
-                .writer
-                .bind_carrying(writes, &c, "n1", label)
-                .await
-                .expect("bind")
-        );
+        assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &c, 9, "n1").await);
         assert_eq!(
             h.kube.writes_of(&["label ", "bind "]),
             ["label ns/c 9", "bind ns/c n1"],
@@ -490,14 +448,7 @@ async fn a_queued_label_gives_way_to_bindings_and_its_bind_takes_it_over() {
         let a = h.pod("a");
         writer.label_in_background(writes, &a, 7, false);
         let bound = tokio::time::timeout(Duration::from_secs(60), async {
-            let label = writer
-                .label_for_binding(writes, &a, 7)
-                .await
-                .expect("label");
-            writer
-                .bind_carrying(writes, &a, "n1", label)
-                .await
-                .expect("bind")
+            bind_as_the_pass_does(&writer, writes, &a, 7, "n1").await
         })
         .await
         .expect("the bind waited for the queued label patch");
