@@ -44,9 +44,10 @@ struct Queued {
 }
 
 /// How a pod's job id label reaches it when it is bound ([`PodWriter::label_for_binding`]):
-/// patched already, or carried on the Binding under the ticket.
+/// patched already, or carried on the Binding (under the ticket, unless a patch of it is in
+/// flight beside).
 #[derive(Default)]
-pub struct BindLabel(Option<(u32, LabelTicket)>);
+pub struct BindLabel(Option<(u32, Option<LabelTicket>)>);
 
 /// Writes pods and records events as the scheduler.
 #[derive(Clone)]
@@ -440,7 +441,7 @@ impl PodWriter {
     /// where the API server copies a Binding's labels ([`binding_labels`]) and the label is all
     /// the pod lacks, nothing now and the label on the Binding ([`PodWriter::bind_carrying`]).
     /// A background patch of it not sent yet is taken over (carried, or sent now rather than
-    /// behind the queue); one in flight is waited for.
+    /// behind the queue); one in flight is waited for where the label cannot ride.
     pub async fn label_for_binding(
         &self,
         writes: &KubeWrites,
@@ -453,17 +454,20 @@ impl PodWriter {
         let carried = is_label_only(&patch) && self.binding_labels.carried(&self.client).await;
         if let Some(ticket) = self.take_queued(pod, job_id) {
             if carried {
-                return Ok(BindLabel(Some((job_id, ticket))));
+                return Ok(BindLabel(Some((job_id, Some(ticket)))));
             }
             self.send_label(writes, pod, &patch, ticket).await?;
             return Ok(BindLabel::default());
         }
         if carried {
             match self.labels.claim(pod, job_id) {
-                Claim::Send(ticket) => return Ok(BindLabel(Some((job_id, ticket)))),
+                Claim::Send(ticket) => return Ok(BindLabel(Some((job_id, Some(ticket))))),
                 Claim::Done => return Ok(BindLabel::default()),
-                // In flight: waited for as `label` does.
-                Claim::Wait(_) | Claim::After(_) => {}
+                // In flight: not waited for, the Binding carries the same label (the patch, no
+                // precondition, sets it again whichever lands last).
+                Claim::Wait(_) => return Ok(BindLabel(Some((job_id, None)))),
+                // Another job's label in flight: waited for as `label` does.
+                Claim::After(_) => {}
             }
         }
         self.label(writes, pod, job_id, false).await?;
@@ -616,7 +620,7 @@ impl PodWriter {
         self.reports.bind(&key).await;
         let (job_id, ticket) = label.0.unzip();
         let outcome = self.post_binding(writes, pod, node, job_id).await;
-        match (&outcome, ticket) {
+        match (&outcome, ticket.flatten()) {
             (Ok(true), Some(ticket)) => ticket.landed(pod, None),
             (Err(_), _) => {
                 self.bound().remove(&key);

@@ -468,3 +468,42 @@ async fn a_queued_label_gives_way_to_bindings_and_its_bind_takes_it_over() {
         );
     }
 }
+
+/// A label patch already in flight when its pod is bound is not waited for where the label can
+/// ride: the Binding carries the same label (the patch sets it again, whichever lands last).
+#[tokio::test]
+async fn a_bind_does_not_wait_for_a_label_patch_in_flight_when_the_label_rides() {
+    let h = Harness::new(World::nodes(&["n1"]).with(pod("a").admitted())).await;
+    h.kube.serve_version(36, true);
+    let writes = &h.ctx.metrics.kube_writes;
+    let gate = h.kube.hold("/pods/a");
+    let a = h.pod("a");
+    h.ctx.writer.label_in_background(writes, &a, 7, false);
+    while writes.of(crate::k8s::writes::write_kind::LABEL) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let bound = tokio::time::timeout(
+        Duration::from_secs(60),
+        bind_as_the_pass_does(&h.ctx.writer, writes, &a, 7, "n1"),
+    )
+    .await
+    .expect("the bind waited for the label patch in flight");
+    assert!(bound);
+    assert_eq!(
+        h.kube.writes_of(&["label ", "bind "]),
+        ["bind ns/a n1 label=7"]
+    );
+    gate.add_permits(1);
+    h.ctx.writer.background_done().await;
+    assert_eq!(
+        h.kube.writes_of(&["label ", "bind "]),
+        ["bind ns/a n1 label=7", "label ns/a 7"]
+    );
+    assert_eq!(
+        h.pod("a")
+            .labels()
+            .get(crate::wellknown::LABEL_SLURM_JOBID)
+            .map(String::as_str),
+        Some("7")
+    );
+}
