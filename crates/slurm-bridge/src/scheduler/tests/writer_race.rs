@@ -307,18 +307,25 @@ async fn bind_as_the_pass_does(
         .expect("bind")
 }
 
-/// Where the API server copies a Binding's labels onto the pod (Kubernetes 1.35 and later), a
-/// pod whose background label patch has not gone out yet when it is bound gets the label on the
-/// Binding: one write instead of two, and the queued patch is never sent.
-#[tokio::test]
-async fn the_binding_carries_the_label_of_a_patch_not_sent_yet() {
+/// Pods `a` and `b` as the webhook admits them, on a Kubernetes 1.36 API server that copies a
+/// Binding's labels onto the pod, or (`copies` false, its feature gate off) does not.
+async fn two_admitted_pods_on_1_36(copies: bool) -> Harness {
     let h = Harness::new(
         World::nodes(&["n1", "n2"])
             .with(pod("a").admitted())
             .with(pod("b").admitted()),
     )
     .await;
-    h.kube.serve_version(36, true);
+    h.kube.serve_version(36, copies);
+    h
+}
+
+/// Where the API server copies a Binding's labels onto the pod (Kubernetes 1.35 and later), a
+/// pod whose background label patch has not gone out yet when it is bound gets the label on the
+/// Binding: one write instead of two, and the queued patch is never sent.
+#[tokio::test]
+async fn the_binding_carries_the_label_of_a_patch_not_sent_yet() {
+    let h = two_admitted_pods_on_1_36(true).await;
     let writes = &h.ctx.metrics.kube_writes;
     // Pod b, with no patch queued: the bind claims the label and carries it.
     let b = h.pod("b");
@@ -364,13 +371,7 @@ async fn the_binding_carries_the_label_of_a_patch_not_sent_yet() {
 /// the webhook (finalizer and toleration missing) never has its patch folded into the Binding.
 #[tokio::test]
 async fn a_dropped_binding_label_is_patched_and_labels_go_first_from_then_on() {
-    let h = Harness::new(
-        World::nodes(&["n1", "n2"])
-            .with(pod("a").admitted())
-            .with(pod("b").admitted()),
-    )
-    .await;
-    h.kube.serve_version(36, false);
+    let h = two_admitted_pods_on_1_36(false).await;
     let writes = &h.ctx.metrics.kube_writes;
     let a = h.pod("a");
     assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &a, 7, "n1").await);
