@@ -152,8 +152,7 @@ async fn the_real_api_server_copies_the_bindings_job_id_label() {
     );
     manifest["metadata"]["finalizers"] = json!([FINALIZER]);
     let created = env.create_pod(manifest).await;
-    let slim: slurm_bridge::k8s::slim_pod::Pod =
-        serde_json::from_value(serde_json::to_value(&created).unwrap()).unwrap();
+    let slim = slurm_bridge::k8s::slim_pod::Pod::from(&created);
     let writes = KubeWrites::default();
     let writer = PodWriter::new(env.kube.clone(), e2e::SCHEDULER);
     let label = writer
@@ -196,8 +195,7 @@ async fn the_real_api_server_copies_the_bindings_job_id_label() {
         let Some(p) = env.pods().get_opt("carried").await.unwrap() else {
             return true;
         };
-        let slim: slurm_bridge::k8s::slim_pod::Pod =
-            serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        let slim = slurm_bridge::k8s::slim_pod::Pod::from(&p);
         let _ = writer.remove_finalizer(&writes, &slim).await;
         false
     })

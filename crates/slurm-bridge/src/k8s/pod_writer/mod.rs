@@ -75,7 +75,7 @@ pub struct PodWriter {
     urgent: Arc<tokio::sync::watch::Sender<usize>>,
     /// Bindings and submits in flight, which background label patches give way to
     /// ([`LABEL_MAX_LAG`]).
-    bindings: Arc<tokio::sync::watch::Sender<usize>>,
+    label_holds: Arc<tokio::sync::watch::Sender<usize>>,
     /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
     label_max_lag: std::time::Duration,
     /// How long a background Event gives way to them ([`EVENT_MAX_LAG`]).
@@ -126,16 +126,16 @@ mod report_queue;
 mod reports;
 
 /// One write (or submit) in flight, counted while it lives.
-pub struct Urgent<'a>(&'a tokio::sync::watch::Sender<usize>);
+pub struct Counted<'a>(&'a tokio::sync::watch::Sender<usize>);
 
-impl<'a> Urgent<'a> {
+impl<'a> Counted<'a> {
     fn new(count: &'a tokio::sync::watch::Sender<usize>) -> Self {
         count.send_modify(|n| *n += 1);
-        Urgent(count)
+        Counted(count)
     }
 }
 
-impl Drop for Urgent<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
     }
@@ -210,7 +210,7 @@ impl PodWriter {
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
             urgent: Arc::new(tokio::sync::watch::channel(0).0),
-            bindings: Arc::new(tokio::sync::watch::channel(0).0),
+            label_holds: Arc::new(tokio::sync::watch::channel(0).0),
             label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
@@ -231,8 +231,8 @@ impl PodWriter {
     /// Binding is in flight ([`LABEL_MAX_LAG`]): held by a submit, so in a burst the pods whose
     /// jobs Slurm starts at once are bound with the label on the Binding, one write, while the
     /// submits and Bindings have the API server and the CPU.
-    pub fn labels_wait(&self) -> Urgent<'_> {
-        Urgent::new(&self.bindings)
+    pub fn labels_wait(&self) -> Counted<'_> {
+        Counted::new(&self.label_holds)
     }
 
     /// The writer with background label patches giving way for `lag` at most (tests).
@@ -386,8 +386,8 @@ impl PodWriter {
                 self.label_task(pod, job_id, async move {
                     // The semaphore is never closed; without a permit the patch is sent all the same.
                     let _slot = writer.label_slots.clone().acquire_owned().await.ok();
-                    let mut bindings = writer.bindings.subscribe();
-                    let _ = tokio::time::timeout_at(deadline, bindings.wait_for(|n| *n == 0)).await;
+                    let mut holds = writer.label_holds.subscribe();
+                    let _ = tokio::time::timeout_at(deadline, holds.wait_for(|n| *n == 0)).await;
                     let taken = ticket.locked().take();
                     writer.unqueue(&key, &ticket);
                     // None: the Binding carried the label.
@@ -505,7 +505,7 @@ impl PodWriter {
         ticket: LabelTicket,
     ) -> Result<(), kube::Error> {
         writes.inc(write_kind::LABEL);
-        let _urgent = Urgent::new(&self.urgent);
+        let _urgent = Counted::new(&self.urgent);
         let patched = api_for(&self.client, pod)
             .patch(
                 &pod.name_any(),
@@ -659,7 +659,7 @@ impl PodWriter {
             },
         };
         writes.inc(write_kind::BINDING);
-        let (_urgent, _binding) = (Urgent::new(&self.urgent), Urgent::new(&self.bindings));
+        let (_urgent, _label_hold) = (Counted::new(&self.urgent), Counted::new(&self.label_holds));
         match api
             .create_subresource::<Binding, serde_json::Value>(
                 "binding",
