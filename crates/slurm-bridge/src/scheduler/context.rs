@@ -69,7 +69,18 @@ pub struct Ctx<S> {
     /// Where passes are requested, and the binding stage of a pass
     /// ([`super::triggers::Triggers::binding_stage`]).
     pub(super) triggers: Arc<super::triggers::Triggers>,
+    /// Job submits in flight at once ([`SUBMITS_IN_FLIGHT`]).
+    pub submit_slots: tokio::sync::Semaphore,
 }
+
+/// Job submits sent to Slurm at once: as many as the job watcher's reads (`GET /job/{id}`,
+/// [`crate::slurm::JobWatcherConfig::fetch_concurrency`]). slurmrestd shares itself between the
+/// requests in flight, so with a submit per worker (64) the reads that tell the bridge which
+/// jobs Slurm allocated got a fifth of it, and in a 5,000-pod burst the binds waited for the
+/// submits to end (allocation seen -> bound 8 s on average, submit -> bound 22 s; with 16: 0.9
+/// and 4.4 s, docs/performance.md). A pass waits for a slot holding its worker; binds are ranked
+/// first in the queue, so they take the workers the submits free.
+pub const SUBMITS_IN_FLIGHT: usize = 16;
 
 /// The node name map [`Ctx::slurm_to_kube`] keeps.
 pub struct NodeNames {
@@ -171,6 +182,7 @@ impl<S: Slurm> Ctx<S> {
             placements: Default::default(),
             rejections: Default::default(),
             triggers: Default::default(),
+            submit_slots: tokio::sync::Semaphore::new(SUBMITS_IN_FLIGHT),
         }
     }
 

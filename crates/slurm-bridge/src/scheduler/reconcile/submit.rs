@@ -167,6 +167,8 @@ pub(super) async fn submit<S: Slurm>(
         // The label patches queued meanwhile wait: those of the pods Slurm starts at once ride
         // on their Bindings.
         let _labels_wait = ctx.writer.labels_wait();
+        // The semaphore is never closed.
+        let _slot = ctx.submit_slots.acquire().await.ok();
         ctx.slurm.submit(&desc).await
     };
     let job_id = match submitted {

@@ -105,6 +105,10 @@ struct State {
     fail_submit: Option<SlurmFailure>,
     fail_update: Option<SlurmFailure>,
     fail_cancel: Option<SlurmFailure>,
+    /// Submits wait for a permit of this before they are answered ([`FakeSlurm::hold_submits`]).
+    submit_gate: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    submits_in_flight: usize,
+    most_submits_in_flight: usize,
 }
 
 /// The fake. Submitted jobs are PENDING until a test changes them ([`FakeSlurm::set_job`]).
@@ -153,6 +157,19 @@ impl FakeSlurm {
         self.state().fail_cancel = f;
     }
 
+    /// Holds every submit until the returned gate gives it a permit.
+    pub fn hold_submits(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        self.state().submit_gate = Some(gate.clone());
+        gate
+    }
+
+    /// Submits received and not answered yet, now and at most so far.
+    pub fn submits_in_flight(&self) -> (usize, usize) {
+        let s = self.state();
+        (s.submits_in_flight, s.most_submits_in_flight)
+    }
+
     /// The writes so far, described ([`SlurmCall::describe`]).
     pub fn calls(&self) -> Vec<String> {
         self.state().calls.iter().map(SlurmCall::describe).collect()
@@ -170,7 +187,20 @@ impl FakeSlurm {
 
 impl JobControl for FakeSlurm {
     async fn submit(&self, desc: &JobDescMsg) -> Result<u32, slurm_rest::Error> {
+        let gate = {
+            let mut s = self.state();
+            s.submits_in_flight += 1;
+            s.most_submits_in_flight = s.most_submits_in_flight.max(s.submits_in_flight);
+            s.submit_gate.clone()
+        };
+        if let Some(gate) = gate {
+            gate.acquire()
+                .await
+                .expect("the gate is never closed")
+                .forget();
+        }
         let mut s = self.state();
+        s.submits_in_flight -= 1;
         s.calls.push(SlurmCall::Submit(desc.clone()));
         if let Some(f) = &s.fail_submit {
             return Err(f.error("POST /slurm/v0.0.44/job/submit"));

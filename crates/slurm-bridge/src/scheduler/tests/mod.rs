@@ -14,6 +14,7 @@ mod harness;
 mod objects;
 mod reconcile_table;
 mod restart;
+mod submit_slots;
 mod world;
 mod writer_race;
 
