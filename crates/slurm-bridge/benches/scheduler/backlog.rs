@@ -235,8 +235,11 @@ async fn fitting_pod(pods: &Api<Pod>, rest: &slurm_rest::Client) -> Fit {
     let (job_tx, job_rx) = tokio::sync::oneshot::channel::<u32>();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
     let stream = watcher(pods.clone(), cfg);
+    // Shared, so a pod labelled but never bound still reports when it was submitted.
+    let labelled = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let labelled_ = labelled.clone();
     let watch = tokio::spawn(async move {
-        let (mut labelled, mut job_tx, mut ready_tx) = (None, Some(job_tx), Some(ready_tx));
+        let (mut job_tx, mut ready_tx) = (Some(job_tx), Some(ready_tx));
         futures::pin_mut!(stream);
         while let Some(Ok(ev)) = stream.next().await {
             let p = match ev {
@@ -253,14 +256,14 @@ async fn fitting_pod(pods: &Api<Pod>, rest: &slurm_rest::Client) -> Fit {
             if let Some(id) = job.and_then(|j| j.parse().ok())
                 && let Some(tx) = job_tx.take()
             {
-                labelled = Some(Instant::now());
+                *labelled_.lock().unwrap() = Some(Instant::now());
                 let _ = tx.send(id);
             }
             if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                return (labelled, Some(Instant::now()));
+                return Some(Instant::now());
             }
         }
-        (labelled, None)
+        None
     });
     // The watch has listed (nothing yet) before the pod exists: no change is missed.
     ready_rx.await.expect("the fitting pod's watch lists");
@@ -273,10 +276,11 @@ async fn fitting_pod(pods: &Api<Pod>, rest: &slurm_rest::Client) -> Fit {
         let id = tokio::time::timeout(FIT_TIMEOUT, job_rx).await.ok()?.ok()?;
         running_within(&rest, id, created, FIT_TIMEOUT).await
     });
-    let (labelled, bound) = tokio::time::timeout(FIT_TIMEOUT, watch)
+    let bound = tokio::time::timeout(FIT_TIMEOUT, watch)
         .await
-        .map(|r| r.unwrap())
-        .unwrap_or((None, None));
+        .ok()
+        .and_then(|r| r.unwrap());
+    let labelled = *labelled.lock().unwrap();
     let running = if bound.is_some() {
         running.await.unwrap()
     } else {

@@ -74,6 +74,17 @@ pub(crate) fn spawn_bridge(
         }
         None => Command::new(env!("CARGO_BIN_EXE_slurm-bridge")),
     };
+    // BENCH_BRIDGE_ENV="K=V K2=V2": more environment for the bridge alone (allocator settings,
+    // `LD_PRELOAD` of another allocator), not for the bench or the control plane.
+    for kv in std::env::var("BENCH_BRIDGE_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        let (k, v) = kv
+            .split_once('=')
+            .expect("BENCH_BRIDGE_ENV: K=V pairs, space-separated");
+        cmd.env(k, v);
+    }
     let child = cmd
         .args([
             command,

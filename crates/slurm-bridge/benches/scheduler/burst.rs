@@ -56,11 +56,12 @@ async fn burst(a: &Args) -> Figures {
     let raw = if a.skip_raw || nodes != n {
         None
     } else {
-        let t = raw_burst(n).await;
+        let (t, cpu) = raw_burst(n).await;
         report!(
             "raw Slurm:      {n} external jobs -> all RUNNING in {:.2} s",
             t.as_secs_f64()
         );
+        print_cpu(&cpu.0, &cpu.1);
         Some(t)
     };
     let mut kube = control_plane(nodes, a.qps, a.burst).await;
@@ -70,13 +71,14 @@ async fn burst(a: &Args) -> Figures {
         a.workers,
         floor.as_secs_f64()
     );
-    let ks = kube_scheduler_burst(&mut kube, n).await;
+    let (ks, ks_cpu) = kube_scheduler_burst(&mut kube, n).await;
     report!(
         "kube-scheduler: {n} waiting pods -> all bound in {:.2} s (--kube-api-qps={} --kube-api-burst={})",
         ks.as_secs_f64(),
         a.qps,
         a.burst
     );
+    print_cpu(&ks_cpu.0, &ks_cpu.1);
 
     let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
         .await

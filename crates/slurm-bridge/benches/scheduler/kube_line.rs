@@ -6,19 +6,25 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use kube::api::{ObjectMeta, PostParams};
 use std::time::{Duration, Instant};
 
-/// kube-scheduler, burst: stopped while N pods are created, then started; time to all bound.
-pub(crate) async fn kube_scheduler_burst(kube: &mut kube_testenv::Instance, n: u32) -> Duration {
+/// kube-scheduler, burst: stopped while N pods are created, then started; time to all bound,
+/// and the daemons' CPU seconds before and after it ([`crate::metrics::print_cpu`]).
+pub(crate) async fn kube_scheduler_burst(
+    kube: &mut kube_testenv::Instance,
+    n: u32,
+) -> (Duration, crate::metrics::CpuSpan) {
     use kube_testenv::Daemon;
     kube.stop_daemon(Daemon::KubeScheduler)
         .expect("stop kube-scheduler");
     let pods = namespace(kube, "ks-burst").await;
     create_pods(&pods, "ks", n, "default-scheduler").await;
     let bound = watch_bound(&pods, n as usize, None);
+    let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
     kube.start_daemon(Daemon::KubeScheduler)
         .await
         .expect("start kube-scheduler");
-    last(&bound.await.unwrap()).duration_since(started)
+    let t = last(&bound.await.unwrap()).duration_since(started);
+    (t, (cpu_before, crate::metrics::cpu_by_daemon()))
 }
 
 /// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,

@@ -110,6 +110,9 @@ pub(crate) async fn apiserver_requests(kube: &kube_testenv::Instance) -> f64 {
         .sum()
 }
 
+/// The daemons' CPU seconds before and after a phase ([`cpu_by_daemon`]).
+pub(crate) type CpuSpan = (Vec<(&'static str, f64)>, Vec<(&'static str, f64)>);
+
 /// CPU seconds used so far by the processes of each daemon that matters here, by command name
 /// (every instance on the machine: other users' runs count too).
 pub(crate) fn cpu_by_daemon() -> Vec<(&'static str, f64)> {

@@ -46,11 +46,12 @@ pub(crate) async fn watch_running(rest: slurm_rest::Client, n: usize) -> HashMap
 }
 
 /// Raw Slurm, burst: N external jobs of one node each, 4 submits in flight -> all RUNNING.
-pub(crate) async fn raw_burst(n: u32) -> Duration {
+pub(crate) async fn raw_burst(n: u32) -> (Duration, crate::metrics::CpuSpan) {
     let slurm = tokio::task::spawn_blocking(move || start_slurm(n))
         .await
         .unwrap();
     let rest = client(&slurm);
+    let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -66,10 +67,11 @@ pub(crate) async fn raw_burst(n: u32) -> Duration {
         .await;
     watch_running(rest, n as usize).await;
     let elapsed = started.elapsed();
+    let cpu = (cpu_before, crate::metrics::cpu_by_daemon());
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
-    elapsed
+    (elapsed, cpu)
 }
 
 /// Raw Slurm, arrival: one external job every 1/rate s; submit -> RUNNING per job.
