@@ -37,8 +37,10 @@ pub struct Ctx<S> {
     /// How long an allocated pod may wait for its claims to be bound (kube-scheduler's
     /// `bindTimeoutSeconds`); then its writes are undone and its Slurm job cancelled.
     pub volume_bind_timeout: Duration,
-    /// Since when each pod (`ns/name`, Slurm job) has waited for its claims' binding.
-    pub volume_waits: Mutex<HashMap<(String, u32), std::time::Instant>>,
+    /// Since when each pod (`ns/name`, Slurm job) has waited for its claims' binding; `None`
+    /// once the wait timed out and the job was cancelled: until the job is seen gone, a pass
+    /// on it neither reserves the claims again nor reports the pod waiting.
+    pub volume_waits: Mutex<HashMap<(String, u32), Option<std::time::Instant>>>,
     /// Translation's reads, served from the caches ([`crate::caches::reader`]).
     pub reader: CachedReader,
     pub writer: PodWriter,

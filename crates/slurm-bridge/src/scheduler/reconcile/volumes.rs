@@ -119,6 +119,13 @@ pub(super) async fn prepare<S: Slurm>(
         let Some(node) = nodes.iter().find(|n| n.name_any() == *node_name) else {
             continue;
         };
+        let wait = (key.clone(), job_id);
+        // Timed out and cancelled: the passes that run before the watcher sees the job gone
+        // must not reserve the claims again, nor replace the pod's VolumeBindingFailed.
+        if ctx.volume_waits.locked().get(&wait) == Some(&None) {
+            gate.waiting.insert(key);
+            continue;
+        }
         let planned = match plan_and_apply(ctx, &snapshot, pod, node, &mut reserved).await {
             Ok(p) => p,
             Err(e) => {
@@ -132,16 +139,19 @@ pub(super) async fn prepare<S: Slurm>(
         let progress = volumes::fetch_progress(&ctx.client, &ns, &planned.claims())
             .await
             .map_err(ReconcileError::Volume)?;
-        let wait = (key.clone(), job_id);
         if progress.done() {
             ctx.volume_waits.locked().remove(&wait);
             continue;
         }
-        let since = *ctx
+        let Some(since) = *ctx
             .volume_waits
             .locked()
             .entry(wait.clone())
-            .or_insert_with(Instant::now);
+            .or_insert_with(|| Some(Instant::now()))
+        else {
+            gate.waiting.insert(key);
+            continue;
+        };
         gate.waiting.insert(key);
         if since.elapsed() < ctx.volume_bind_timeout {
             let message = format!(
@@ -159,7 +169,6 @@ pub(super) async fn prepare<S: Slurm>(
         for e in volumes::undo(&ctx.client, &written(&planned)).await {
             tracing::warn!(error = %e, "undoing a volume reservation failed");
         }
-        ctx.volume_waits.locked().remove(&wait);
         let message = format!(
             "Slurm job {job_id} on node {node_name}: claims {} were not bound within {:?}; \
              their reservations are undone and the job is cancelled, to be scheduled again",
@@ -169,6 +178,7 @@ pub(super) async fn prepare<S: Slurm>(
         tracing::warn!(job_id, "volume binding timed out");
         report(ctx, pod, reason::VOLUME_BINDING_FAILED, &message);
         ctx.slurm.cancel(job_id).await?;
+        ctx.volume_waits.locked().insert(wait, None);
         return Ok(gate);
     }
     Ok(gate)
