@@ -38,8 +38,9 @@ pub struct Ctx<S> {
     /// `bindTimeoutSeconds`); then its writes are undone and its Slurm job cancelled.
     pub volume_bind_timeout: Duration,
     /// Since when each pod (`ns/name`, Slurm job) has waited for its claims' binding; `None`
-    /// once the wait timed out and the job was cancelled: until the job is seen gone, a pass
-    /// on it neither reserves the claims again nor reports the pod waiting.
+    /// once the wait timed out and the job was cancelled, so a pass on that job (run before the
+    /// watcher sees it gone) neither reserves the claims again nor reports the pod waiting.
+    /// Entries go with the pod.
     pub volume_waits: Mutex<HashMap<(String, u32), Option<std::time::Instant>>>,
     /// Translation's reads, served from the caches ([`crate::caches::reader`]).
     pub reader: CachedReader,

@@ -164,8 +164,8 @@ pub(super) async fn submit<S: Slurm>(
     }
     let (desc, comment) = stamped(desc, tr, hash);
     let submitted = {
-        // The label patches queued meanwhile wait: those of the pods Slurm starts at once ride
-        // on their Bindings.
+        // The label patches queued meanwhile wait, also while this submit waits for its slot:
+        // those of the pods Slurm starts at once ride on their Bindings.
         let _labels_wait = ctx.writer.labels_wait();
         // The semaphore is never closed.
         let _slot = ctx.submit_slots.acquire().await.ok();

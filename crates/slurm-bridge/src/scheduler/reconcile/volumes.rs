@@ -149,6 +149,7 @@ pub(super) async fn prepare<S: Slurm>(
             .entry(wait.clone())
             .or_insert_with(|| Some(Instant::now()))
         else {
+            // Timed out while this pass awaited the API server (checked above before writing).
             gate.waiting.insert(key);
             continue;
         };
