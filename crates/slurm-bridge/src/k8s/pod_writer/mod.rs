@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use label_queue::LabelQueue;
 use report_queue::ReportQueue;
 use serde_json::json;
 use std::collections::HashMap;
@@ -33,14 +34,6 @@ struct Bound {
     /// The job id label the Binding carried, until the cache first shows the pod bound
     /// ([`binding_labels`]).
     label: Option<u32>,
-}
-
-/// A background label patch not sent yet, which a bind may take over ([`PodWriter::take_queued`]).
-struct Queued {
-    uid: Option<String>,
-    job_id: u32,
-    /// Taken by the task when its turn comes, or by the bind.
-    ticket: Arc<Mutex<Option<LabelTicket>>>,
 }
 
 /// How a pod's job id label reaches it when it is bound ([`PodWriter::label_for_binding`]):
@@ -61,8 +54,6 @@ pub struct PodWriter {
     /// Label patches sent and in flight ([`LabelMemo`]): a pod is labelled once, whatever copy
     /// of it a pass holds.
     labels: LabelMemo,
-    /// Background label patches in flight at once ([`PodWriter::label_in_background`]).
-    label_slots: Arc<tokio::sync::Semaphore>,
     /// Bindings posted, by pod key, until the pod goes (or another pod of that name is seen).
     bound: Arc<Mutex<HashMap<String, Bound>>>,
     /// Events and label patches being sent in the background ([`PodWriter::event_in_background`],
@@ -82,8 +73,8 @@ pub struct PodWriter {
     event_max_lag: std::time::Duration,
     /// PodScheduled=False reports for [`REPORT_WORKERS`] to send ([`PodWriter::report`]).
     reports: Arc<ReportQueue>,
-    /// Background label patches waiting for their turn, by pod key.
-    queued: Arc<Mutex<HashMap<String, Queued>>>,
+    /// Background label patches waiting for their turn ([`label_queue`]).
+    label_queue: Arc<LabelQueue>,
     /// Whether the job id label may ride on the Binding ([`binding_labels`]).
     binding_labels: Arc<binding_labels::BindingLabels>,
     /// Where the label patch of a pod whose Binding's label was dropped is counted.
@@ -112,9 +103,9 @@ pub const EVENT_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(10
 /// that waits for Slurm shows its job id this much later at most.
 pub const LABEL_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Background label patches sent at once ([`PodWriter::label_in_background`]), as many as the
-/// scheduler's default workers: the label patches of a burst are in flight beside its Bindings,
-/// not all at once in front of them.
+/// Workers sending background label patches, one at a time each
+/// ([`PodWriter::label_in_background`]), as many as the scheduler's default workers: the label
+/// patches of a burst are in flight beside its Bindings, not all at once in front of them.
 pub const BACKGROUND_LABELS: usize = 64;
 
 /// Tasks sending the queued PodScheduled=False reports ([`PodWriter::report`]), each one
@@ -122,6 +113,7 @@ pub const BACKGROUND_LABELS: usize = 64;
 pub const REPORT_WORKERS: usize = 16;
 
 mod binding_labels;
+mod label_queue;
 mod report_queue;
 mod reports;
 
@@ -141,43 +133,6 @@ impl Drop for Counted<'_> {
     }
 }
 
-/// What a label patch request and the memo's record of it read of a pod: its name, namespace,
-/// uid and version. A queued background patch keeps this (about 100 bytes and four strings)
-/// and makes the pod of it ([`Identity::pod`]) when its turn comes.
-struct Identity {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-}
-
-impl Identity {
-    fn of(pod: &Pod) -> Self {
-        let m = &pod.metadata;
-        Identity {
-            name: m.name.clone(),
-            namespace: m.namespace.clone(),
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-        }
-    }
-
-    /// A pod with only this identity.
-    fn pod(self) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: self.name,
-                namespace: self.namespace,
-                uid: self.uid,
-                resource_version: self.resource_version,
-                ..Default::default()
-            },
-            spec: None,
-            status: None,
-        }
-    }
-}
-
 /// True when a [`label_patch`] sets the job id label and nothing else.
 fn is_label_only(patch: &serde_json::Value) -> bool {
     patch.get("spec").is_none()
@@ -185,6 +140,18 @@ fn is_label_only(patch: &serde_json::Value) -> bool {
         && patch["metadata"]["labels"]
             .as_object()
             .is_some_and(|l| l.len() == 1)
+}
+
+/// Logs how a background label patch of the pod `key` ended.
+fn label_outcome(key: &str, job_id: u32, sent: Result<(), kube::Error>) {
+    match sent {
+        Ok(()) => tracing::debug!(pod = %key, job_id, "labelled"),
+        // Deleted meanwhile: its job is the sweep's and the next pass's business.
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => tracing::warn!(pod = %key, job_id,
+            error = %crate::k8s::api_error::Brief(&e),
+            "labelling failed; the pod's next pass labels it"),
+    }
 }
 
 fn api_for(client: &Client, pod: &Pod) -> Api<Pod> {
@@ -205,7 +172,6 @@ impl PodWriter {
             client,
             scheduler_name: scheduler_name.into(),
             labels: LabelMemo::default(),
-            label_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_LABELS)),
             bound: Default::default(),
             background: Arc::new(tokio::sync::watch::channel(0).0),
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
@@ -214,7 +180,7 @@ impl PodWriter {
             label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
-            queued: Arc::default(),
+            label_queue: Arc::new(LabelQueue::new(BACKGROUND_LABELS)),
             binding_labels: Arc::default(),
             repair_writes: None,
         }
@@ -352,8 +318,8 @@ impl PodWriter {
         self.send_label(writes, pod, &patch, ticket).await
     }
 
-    /// As [`PodWriter::label`], from a task of its own, at most [`BACKGROUND_LABELS`] at once,
-    /// first come first sent: the caller (a pass that just submitted the job) does not hold its
+    /// As [`PodWriter::label`], in the background: queued for [`BACKGROUND_LABELS`] workers,
+    /// first come first sent ([`label_queue`]): the caller (a pass that just submitted the job) does not hold its
     /// worker for the API server's answer. A later [`PodWriter::label`] of the pod with the job
     /// (the bind's) waits for this one's outcome, and sends the patch itself if it failed.
     pub fn label_in_background(
@@ -367,74 +333,66 @@ impl PodWriter {
             return;
         };
         // Claimed now, so a pass right after waits for this patch instead of sending its own.
-        let (writer, writes_) = (self.clone(), writes.clone());
         match self.labels.claim(pod, job_id) {
             Claim::Done | Claim::Wait(_) => {}
             Claim::Send(ticket) => {
-                // Until its turn comes, the pod's bind may take it over ([`Self::take_queued`]).
-                let (key, ticket) = (pod_key(pod), Arc::new(Mutex::new(Some(ticket))));
-                let queued = Queued {
-                    uid: pod.uid(),
-                    job_id,
-                    ticket: ticket.clone(),
-                };
-                self.queued().insert(key.clone(), queued);
-                // A burst queues thousands of these: each keeps the pod's identity and the
-                // patch's text, not a copy of the pod and a tree of JSON values (about 4 KiB).
-                let (id, patch) = (Identity::of(pod), patch.to_string());
+                // Until a worker's turn for it comes, the pod's bind may take it over
+                // ([`Self::take_queued`]). A burst queues thousands of these: each keeps the
+                // pod's identity and the patch's text, not a copy of the pod and a tree of JSON
+                // values (about 4 KiB), nor a task.
                 let deadline = tokio::time::Instant::now() + self.label_max_lag;
-                self.label_task(pod, job_id, async move {
-                    // The semaphore is never closed; without a permit the patch is sent all the same.
-                    let _slot = writer.label_slots.clone().acquire_owned().await.ok();
-                    let mut holds = writer.label_holds.subscribe();
-                    let _ = tokio::time::timeout_at(deadline, holds.wait_for(|n| *n == 0)).await;
-                    let taken = ticket.locked().take();
-                    writer.unqueue(&key, &ticket);
-                    // None: the Binding carried the label.
-                    let Some(ticket) = taken else { return Ok(()) };
-                    let patch: serde_json::Value =
-                        serde_json::from_str(&patch).expect("a patch this writer printed");
-                    writer.send_label(&writes_, &id.pod(), &patch, ticket).await
-                })
+                let start = self.label_queue.push(
+                    pod_key(pod),
+                    pod,
+                    job_id,
+                    patch.to_string(),
+                    ticket,
+                    deadline,
+                    writes.clone(),
+                );
+                if start {
+                    self.label_worker();
+                }
             }
             // Another job's label is in flight: this one goes after it, through `label`.
             Claim::After(_) => {
-                let pod_ = pod.clone();
+                let (writer, writes, pod_) = (self.clone(), writes.clone(), pod.clone());
                 self.label_task(pod, job_id, async move {
-                    writer.label(&writes_, &pod_, job_id, clear_node).await
+                    writer.label(&writes, &pod_, job_id, clear_node).await
                 })
             }
         }
     }
 
-    fn queued(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queued>> {
-        self.queued.locked()
-    }
-
-    /// Forgets the queued patch of `key` held in `ticket` (its task's turn has come).
-    fn unqueue(&self, key: &str, ticket: &Arc<Mutex<Option<LabelTicket>>>) {
-        let mut queued = self.queued();
-        if queued
-            .get(key)
-            .is_some_and(|q| Arc::ptr_eq(&q.ticket, ticket))
-        {
-            queued.remove(key);
-        }
+    /// A worker sending the queued label patches, one at a time, until none is left: each
+    /// gives way to the Bindings and submits in flight until its deadline ([`LABEL_MAX_LAG`]).
+    fn label_worker(&self) {
+        let writer = self.clone();
+        self.background.send_modify(|n| *n += 1);
+        tokio::spawn(async move {
+            while let Some(w) = writer.label_queue.next() {
+                let mut holds = writer.label_holds.subscribe();
+                let _ = tokio::time::timeout_at(w.deadline, holds.wait_for(|n| *n == 0)).await;
+                // None: a bind took it over (the Binding carried the label, or it sent it).
+                let Some(ticket) = writer.label_queue.turn(&w) else {
+                    continue;
+                };
+                let patch: serde_json::Value =
+                    serde_json::from_str(&w.patch).expect("a patch this writer printed");
+                let sent = writer
+                    .send_label(&w.writes, &w.id.pod(), &patch, ticket)
+                    .await;
+                label_outcome(&w.key, w.job_id, sent);
+            }
+            writer.background.send_modify(|n| *n -= 1);
+        });
     }
 
     /// The ticket of the pod's background label patch with `job_id` when it has not gone out
-    /// yet: the caller sends the label instead, and the task sends nothing.
+    /// yet: the caller sends the label instead, and no worker sends it.
     fn take_queued(&self, pod: &Pod, job_id: u32) -> Option<LabelTicket> {
-        let key = pod_key(pod);
-        let queued = {
-            let mut queued = self.queued();
-            let q = queued.get(&key)?;
-            if q.uid != pod.uid() || q.job_id != job_id {
-                return None;
-            }
-            queued.remove(&key)?
-        };
-        queued.ticket.locked().take()
+        self.label_queue
+            .take(&pod_key(pod), pod.metadata.uid.as_deref(), job_id)
     }
 
     /// Labels `pod` with `job_id` before it is bound: with a patch ([`PodWriter::label`]), or,
@@ -484,14 +442,7 @@ impl PodWriter {
         let (writer, key) = (self.clone(), pod_key(pod));
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
-            match send.await {
-                Ok(()) => tracing::debug!(pod = %key, job_id, "labelled"),
-                // Deleted meanwhile: its job is the sweep's and the next pass's business.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => tracing::warn!(pod = %key, job_id,
-                    error = %crate::k8s::api_error::Brief(&e),
-                    "labelling failed; the pod's next pass labels it"),
-            }
+            label_outcome(&key, job_id, send.await);
             writer.background.send_modify(|n| *n -= 1);
         });
     }
