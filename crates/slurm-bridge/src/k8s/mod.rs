@@ -5,6 +5,7 @@
 //! base modules (`wellknown`, `leader`), and everything above builds on it.
 
 pub mod api_error;
+pub mod client;
 pub mod events;
 pub mod fenced;
 mod label_memo;

@@ -133,12 +133,24 @@ where
     }
 }
 
-/// A Kubernetes client from the default config (KUBECONFIG or in-cluster) with these limits.
+/// A Kubernetes client from the default config (KUBECONFIG or in-cluster) with these limits,
+/// over HTTP/2 ([`super::client`]). Behind a proxy, or with `DISABLE_HTTP2` set to anything
+/// (client-go's switch, for a load balancer that mishandles HTTP/2), kube's HTTP/1.1 stack.
 pub async fn client(limits: Limits) -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let http1 = std::env::var_os("DISABLE_HTTP2").is_some_and(|v| !v.is_empty());
+    // Two stacks of two types: kube's knows proxies, ours speaks HTTP/2.
+    if http1 || config.proxy_url.is_some() {
+        let builder = kube::client::ClientBuilder::try_from(config)?;
+        return Ok(if limits.limited() {
+            builder.with_layer(&RateLimitLayer(limits)).build()
+        } else {
+            builder.build()
+        });
+    }
+    let builder = super::client::builder(config)?;
     Ok(if limits.limited() {
         builder.with_layer(&RateLimitLayer(limits)).build()
     } else {
