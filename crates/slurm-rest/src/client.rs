@@ -28,6 +28,13 @@ pub const TOKEN_HEADER: &str = "X-SLURM-USER-TOKEN";
 /// Header carrying the user name (optional with JWTs that name the user).
 pub const USER_HEADER: &str = "X-SLURM-USER-NAME";
 
+/// Largest read buffer of a connection (hyper's default is about 400 KiB). A connection keeps
+/// its buffer while it is pooled, and its buffer grows to the largest answer it read in one go:
+/// with the listings of jobs and nodes (hundreds of KiB at thousands of jobs) going round the
+/// pool, each of its 30-odd connections ended up holding about 300 KiB, 10 MiB of the bridge's
+/// heap at 10,000 jobs (docs/performance.md). A large answer is read in more, smaller reads.
+const READ_BUFFER_MAX: usize = 64 * 1024;
+
 type Http = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Async client of slurmrestd (data parser v0.0.44). Cheap to clone; clones share one
@@ -170,6 +177,7 @@ impl ClientBuilder {
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(self.max_idle_per_host)
+            .http1_max_buf_size(READ_BUFFER_MAX)
             .build(connector);
         Ok(Client {
             inner: Arc::new(Inner {
