@@ -108,6 +108,8 @@ pub struct CacheOptions {
     pub job_poll_interval: Duration,
     /// Interval of the Slurm node listing.
     pub node_poll_interval: Duration,
+    /// The job watcher's reads (GET /job/{id}) in flight at once.
+    pub job_reads_in_flight: usize,
     /// Also cache PVCs, PVs and StorageClasses (what the scheduler's volume rules read).
     pub volumes: bool,
 }
@@ -123,6 +125,7 @@ impl CacheOptions {
             scheduler_name: config.scheduler_name.clone(),
             job_poll_interval,
             node_poll_interval,
+            job_reads_in_flight: JobWatcherConfig::default().fetch_concurrency,
             volumes: false,
         }
     }
@@ -248,6 +251,7 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             slurm.clone(),
             JobWatcherConfig {
                 interval: opts.job_poll_interval,
+                fetch_concurrency: opts.job_reads_in_flight,
                 ..Default::default()
             },
         );

@@ -27,6 +27,12 @@ pub struct SchedulerArgs {
     /// at once; this catches what a broken watch may have missed), e.g. 5m.
     #[arg(long, default_value = "5m", value_parser = process::parse_duration)]
     pub scheduler_resync: std::time::Duration,
+    /// Slurm requests of each kind the scheduler has in flight at once: job submits, and the
+    /// job watcher's reads of changed jobs (GET /job/{id}). slurmrestd shares itself between the
+    /// requests in flight, so more submits slow the reads that report allocations; raise it
+    /// with slurmrestd's threads and slurmctld's capacity.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub slurm_requests_in_flight: u16,
 }
 
 impl SchedulerArgs {
@@ -38,6 +44,7 @@ impl SchedulerArgs {
         opts.shutdown_grace = p.shutdown_grace;
         opts.volume_bind_timeout = self.volume_bind_timeout;
         opts.resync = self.scheduler_resync;
+        opts.slurm_requests_in_flight = self.slurm_requests_in_flight.into();
     }
 }
 

@@ -72,11 +72,12 @@ pub struct Ctx<S> {
     /// Where passes are requested, and the binding stage of a pass
     /// ([`super::triggers::Triggers::binding_stage`]).
     pub(super) triggers: Arc<super::triggers::Triggers>,
-    /// Job submits in flight at once ([`SUBMITS_IN_FLIGHT`]).
+    /// Job submits in flight at once ([`SUBMITS_IN_FLIGHT`] unless set).
     pub submit_slots: tokio::sync::Semaphore,
 }
 
-/// Job submits sent to Slurm at once: as many as the job watcher's reads (`GET /job/{id}`,
+/// Job submits sent to Slurm at once by default (`--slurm-requests-in-flight`, which sets the
+/// job watcher's reads, `GET /job/{id}`, to as many:
 /// [`crate::slurm::JobWatcherConfig::fetch_concurrency`]). slurmrestd shares itself between the
 /// requests in flight, so with a submit per worker (64) the reads that tell the bridge which
 /// jobs Slurm allocated got a fifth of it, and in a 5,000-pod burst the binds waited for the

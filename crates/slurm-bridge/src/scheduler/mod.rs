@@ -67,6 +67,8 @@ pub struct SchedulerOptions {
     pub shutdown_grace: Duration,
     /// How long an allocated pod may wait for its claims' binding ([`Ctx::volume_bind_timeout`]).
     pub volume_bind_timeout: Duration,
+    /// Job submits in flight at once, and the job watcher's reads ([`context::SUBMITS_IN_FLIGHT`]).
+    pub slurm_requests_in_flight: usize,
 }
 
 impl SchedulerOptions {
@@ -80,6 +82,7 @@ impl SchedulerOptions {
             resync: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
             volume_bind_timeout: context::DEFAULT_VOLUME_BIND_TIMEOUT,
+            slurm_requests_in_flight: context::SUBMITS_IN_FLIGHT,
         }
     }
 }
@@ -89,6 +92,7 @@ impl SchedulerOptions {
     pub fn cache_options(&self) -> CacheOptions {
         CacheOptions {
             volumes: true,
+            job_reads_in_flight: self.slurm_requests_in_flight,
             ..CacheOptions::new(
                 &self.config,
                 self.job_poll_interval,
@@ -148,6 +152,7 @@ pub async fn run_with<S: Slurm>(
     let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx {
         volume_bind_timeout: opts.volume_bind_timeout,
+        submit_slots: tokio::sync::Semaphore::new(opts.slurm_requests_in_flight.max(1)),
         ..Ctx::new(
             opts.config.clone(),
             client,

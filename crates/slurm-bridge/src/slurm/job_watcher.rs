@@ -12,7 +12,7 @@ use super::job_index::{JobIndex, WatchedJob};
 use crate::sync::{MutexExt, RwLockExt, Subscribers};
 use crate::workload::admin_comment::AdminComment;
 use futures::StreamExt;
-use slurm_rest::models::JobInfo;
+use slurm_rest::models::{JobInfo, JobState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
@@ -381,7 +381,8 @@ impl<S: SlurmJobs> JobWatcher<S> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let states = self.source.job_states().await?;
-        let mut to_fetch = Vec::new();
+        // Jobs Slurm lists as started are read first: their pods wait to be bound.
+        let (mut to_fetch, mut later) = (Vec::new(), Vec::new());
         let mut listed = HashSet::with_capacity(states.len());
         {
             let index = self.index();
@@ -396,10 +397,12 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
                 match index.get(id) {
                     Some(job) if job.state == entry.state => {}
-                    _ => to_fetch.push(id),
+                    _ if entry.state.contains(&JobState::Running) => to_fetch.push(id),
+                    _ => later.push(id),
                 }
             }
         }
+        to_fetch.append(&mut later);
         // Pending jobs whose reason has not been looked at for a while, oldest first.
         let reason_due = {
             let mut last = self.last_reason_batch.locked();
@@ -413,10 +416,11 @@ impl<S: SlurmJobs> JobWatcher<S> {
             let now = std::time::Instant::now();
             let index = self.index();
             let fetched = self.fetched_at.locked();
+            let changed: HashSet<u32> = to_fetch.iter().copied().collect();
             let mut stale: Vec<(Option<std::time::Instant>, u32)> = index
                 .jobs()
                 .filter(|j| j.is_pending() && listed.contains(&j.job_id))
-                .filter(|j| !to_fetch.contains(&j.job_id))
+                .filter(|j| !changed.contains(&j.job_id))
                 .map(|j| (fetched.get(&j.job_id).copied(), j.job_id))
                 .filter(|(t, _)| {
                     t.is_none_or(|t| now.duration_since(t) >= self.config.reason_interval)

@@ -438,3 +438,29 @@ async fn a_fresh_job_keeps_the_poll_fast_only_for_the_window() {
     std::thread::sleep(Duration::from_millis(40));
     assert_eq!(w.next_wait(), slow, "past the window: slow");
 }
+
+#[tokio::test]
+async fn jobs_listed_as_started_are_read_before_the_other_changes() {
+    let table = Arc::new(Table::default());
+    let w = JobWatcher::new(
+        table.clone(),
+        JobWatcherConfig {
+            fetch_concurrency: 1,
+            ..Default::default()
+        },
+    );
+    sync(&w, &table).await;
+    // Found by the poll, in Slurm's order: two pending (new to the index), one started between.
+    table.jobs.lock().unwrap().extend([
+        info(1, JobState::Pending, &bridge_comment("g1", "ns/a"), ""),
+        info(
+            2,
+            JobState::Running,
+            &bridge_comment("g2", "ns/b"),
+            "node-2",
+        ),
+        info(3, JobState::Pending, &bridge_comment("g3", "ns/c"), ""),
+    ]);
+    w.poll_once().await.unwrap();
+    assert_eq!(*table.fetches.lock().unwrap(), [2, 1, 3]);
+}
