@@ -30,6 +30,8 @@ pub(crate) struct Args {
     pub(crate) burst: u32,
     pub(crate) poll: String,
     pub(crate) skip_raw: bool,
+    /// Scale: the first run alone, no restarts (allocator trials).
+    pub(crate) first_run_only: bool,
     /// The bridge's pods created bare, without what the admission webhook adds at creation
     /// (the finalizer and the toleration then come with the bind-time label patch).
     pub(crate) bare_pods: bool,
@@ -38,7 +40,7 @@ pub(crate) struct Args {
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw, --bare-pods, --runs N (burst)";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw, --first-run-only (scale), --bare-pods, --runs N (burst)";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -55,6 +57,7 @@ pub(crate) fn args() -> Args {
         burst: 2000,
         poll: "1s".into(),
         skip_raw: false,
+        first_run_only: false,
         bare_pods: false,
         runs: 1,
     };
@@ -87,6 +90,7 @@ pub(crate) fn args() -> Args {
             "--kube-api-burst" => a.burst = num("--kube-api-burst", it.next()),
             "--poll" => a.poll = it.next().expect("--poll DURATION"),
             "--skip-raw" => a.skip_raw = true,
+            "--first-run-only" => a.first_run_only = true,
             "--bare-pods" => a.bare_pods = true,
             "--runs" => a.runs = num::<u32>("--runs", it.next()).max(1),
             "--bench" => {}

@@ -39,10 +39,12 @@ pub(crate) async fn scale(a: &Args) {
     println!("  {}", rss_parts(s.pid));
     print_per_pod(&metrics, n, api);
     drop(s);
-    // A restart: every pod (bound ones end at once) gets a pass.
-    first_pass(spawn_scheduler(&kube, &slurm, &dir, a), n, "restart").await;
-    // The same restart as `slurm-bridge run`: the scheduler and the controllers in one process.
-    first_pass(spawn_bridge("run", &kube, &slurm, &dir, a), n, "run").await;
+    if !a.first_run_only {
+        // A restart: every pod (bound ones end at once) gets a pass.
+        first_pass(spawn_scheduler(&kube, &slurm, &dir, a), n, "restart").await;
+        // The same restart as `slurm-bridge run`: the scheduler and the controllers in one process.
+        first_pass(spawn_bridge("run", &kube, &slurm, &dir, a), n, "run").await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
