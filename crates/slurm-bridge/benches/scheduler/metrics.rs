@@ -86,6 +86,45 @@ pub(crate) fn slurm_requests_by_endpoint(metrics: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// `slurm_bridge_scheduler_slurm_request_seconds` by endpoint: (endpoint, requests, seconds
+/// waited in all), sorted by endpoint. The seconds are the bridge's wait, Slurm's queue included.
+pub(crate) fn slurm_seconds_by_endpoint(metrics: &str) -> Vec<(String, f64, f64)> {
+    let mut out: Vec<(String, f64, f64)> = Vec::new();
+    for l in metrics.lines() {
+        let Some(rest) = l.strip_prefix("slurm_bridge_scheduler_slurm_request_seconds_") else {
+            continue;
+        };
+        let is_sum = rest.starts_with("sum{");
+        if !is_sum && !rest.starts_with("count{") {
+            continue;
+        }
+        let Some(endpoint) = rest
+            .split("endpoint=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+        else {
+            continue;
+        };
+        let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let slot = match out.iter().position(|(e, _, _)| e == endpoint) {
+            Some(i) => &mut out[i],
+            None => {
+                out.push((endpoint.to_string(), 0.0, 0.0));
+                out.last_mut().expect("just pushed")
+            }
+        };
+        if is_sum {
+            slot.2 += v;
+        } else {
+            slot.1 += v;
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
 /// `slurm_bridge_scheduler_kube_writes_total` by kind, sorted by kind.
 pub(crate) fn kube_writes(metrics: &str) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = metrics
@@ -175,6 +214,14 @@ pub(crate) fn print_per_pod(metrics: &str, n: u32, apiserver: f64) {
         by_kind.join(", "),
         slurm_requests(metrics) / n,
         apiserver / n
+    );
+    let slurm: Vec<String> = slurm_seconds_by_endpoint(metrics)
+        .iter()
+        .map(|(e, count, secs)| format!("{e} {count:.0} in {secs:.1} s"))
+        .collect();
+    println!(
+        "  Slurm requests by endpoint, with the seconds the bridge waited on them: {}",
+        slurm.join(", ")
     );
     println!(
         "  mean submit->allocation {:.3} s, allocation->bound {:.3} s (scheduler histograms)",

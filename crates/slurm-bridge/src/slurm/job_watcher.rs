@@ -3,9 +3,10 @@
 //! At start it lists every job once (GET /jobs/state/, then GET /job/{id} for each, a few at a
 //! time) and indexes the bridge's jobs by admin_comment.
 //! Then it polls the cheap GET /jobs/state/ (12 ms for 2,500 jobs) and fetches GET /job/{id}
-//! only for jobs that are new or whose state changed, emitting a [`JobEvent`] for each bridge
-//! job that changed or disappeared. So an allocation is noticed within one poll interval and
-//! the cost per poll does not depend on how many pods wait.
+//! only for jobs that are new or whose state changed (for a pending bridge job that started,
+//! the lighter GET /resources/{id}: its nodes are all that changed), emitting a [`JobEvent`]
+//! for each bridge job that changed or disappeared. So an allocation is noticed within one poll
+//! interval and the cost per poll does not depend on how many pods wait.
 
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
@@ -244,6 +245,53 @@ impl<S: SlurmJobs> JobWatcher<S> {
         }
     }
 
+    /// Reads where a bridge job the index holds as pending now runs: GET /resources/{id}
+    /// (about 800 bytes, half the CPU of slurmrestd and slurmctld that GET /job/{id} takes with
+    /// its 12 KB), as the job's other fields are the index's already: its comment is the
+    /// bridge's own and a running job has no pending reason. Returns false, and changes nothing,
+    /// when that read cannot say (an error, no layout: the job ended meanwhile, or a Slurm
+    /// without the endpoint): the caller then reads the whole job.
+    async fn read_allocation(&self, job_id: u32) -> bool {
+        self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+        let layout = match self.source.job_resources(job_id).await {
+            Ok(layout) if !layout.is_empty() && layout.iter().all(|n| !n.node.is_empty()) => layout,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::debug!(job_id, error = %e, "reading an allocation failed; reading the job");
+                return false;
+            }
+        };
+        let nodes = layout
+            .iter()
+            .map(|n| n.node.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let job = {
+            let mut index = self.index.write_locked();
+            // Its comment as of now: an update may have been recorded since the listing.
+            let Some(current) = index.get(job_id) else {
+                return true;
+            };
+            if !current.is_pending() {
+                return false;
+            }
+            let mut job = (*current).clone();
+            job.state = vec![JobState::Running];
+            job.state_reason = None;
+            job.nodes = Some(nodes);
+            index.upsert(job);
+            index.get(job_id)
+        };
+        self.fetched_at
+            .locked()
+            .insert(job_id, std::time::Instant::now());
+        if let Some(job) = job {
+            tracing::trace!(job_id, state = ?job.state, nodes = ?job.nodes, "job changed");
+            self.emit(JobEvent::Changed(job));
+        }
+        true
+    }
+
     fn emit(&self, event: JobEvent) {
         self.subscribers.send(event);
     }
@@ -381,8 +429,9 @@ impl<S: SlurmJobs> JobWatcher<S> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let states = self.source.job_states().await?;
-        // Jobs Slurm lists as started are read first: their pods wait to be bound.
-        let (mut to_fetch, mut later) = (Vec::new(), Vec::new());
+        // Jobs Slurm lists as started are read first: their pods wait to be bound. A pending
+        // bridge job that just started needs only its nodes (see `read_allocation`).
+        let (mut started_jobs, mut to_fetch, mut later) = (Vec::new(), Vec::new(), Vec::new());
         let mut listed = HashSet::with_capacity(states.len());
         {
             let index = self.index();
@@ -397,6 +446,11 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
                 match index.get(id) {
                     Some(job) if job.state == entry.state => {}
+                    Some(job)
+                        if job.is_pending() && entry.state.as_slice() == [JobState::Running] =>
+                    {
+                        started_jobs.push(id)
+                    }
                     _ if entry.state.contains(&JobState::Running) => to_fetch.push(id),
                     _ => later.push(id),
                 }
@@ -416,7 +470,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             let now = std::time::Instant::now();
             let index = self.index();
             let fetched = self.fetched_at.locked();
-            let changed: HashSet<u32> = to_fetch.iter().copied().collect();
+            let changed: HashSet<u32> = to_fetch.iter().chain(&started_jobs).copied().collect();
             let mut stale: Vec<(Option<std::time::Instant>, u32)> = index
                 .jobs()
                 .filter(|j| j.is_pending() && listed.contains(&j.job_id))
@@ -460,6 +514,19 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 self.emit(JobEvent::Gone(old));
             }
         }
+        // The started jobs' allocations, then whatever could not be read that way in full.
+        let mut allocations = futures::stream::iter(started_jobs)
+            .map(|id| async move { (id, self.read_allocation(id).await) })
+            .buffer_unordered(self.config.fetch_concurrency.max(1));
+        let mut full_reads = Vec::new();
+        while let Some((id, absorbed)) = allocations.next().await {
+            if !absorbed {
+                full_reads.push(id);
+            }
+        }
+        drop(allocations);
+        full_reads.append(&mut to_fetch);
+        let to_fetch = full_reads;
         let fetches = to_fetch.len();
         let mut fetched = futures::stream::iter(to_fetch)
             .map(|id| async move { (id, self.source.job(id).await) })

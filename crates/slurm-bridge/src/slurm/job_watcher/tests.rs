@@ -14,6 +14,10 @@ struct Table {
     lists: AtomicU64,
     /// Jobs whose next reads fail, with how many more fail.
     failing: Mutex<HashMap<u32, usize>>,
+    /// GET /resources/{id} answers, by job (a job without one answers an empty layout, as the
+    /// trait's default); every such read is logged in `resource_reads`.
+    layouts: Mutex<HashMap<u32, Vec<&'static str>>>,
+    resource_reads: Mutex<Vec<u32>>,
 }
 
 impl SlurmJobs for Table {
@@ -33,6 +37,22 @@ impl SlurmJobs for Table {
                 .unwrap();
                 e.job_id = j.job_id;
                 e
+            })
+            .collect())
+    }
+    async fn job_resources(
+        &self,
+        id: u32,
+    ) -> Result<Vec<slurm_rest::models::NodeResourceLayout>, slurm_rest::Error> {
+        self.resource_reads.lock().unwrap().push(id);
+        let layouts = self.layouts.lock().unwrap();
+        Ok(layouts
+            .get(&id)
+            .into_iter()
+            .flatten()
+            .map(|node| slurm_rest::models::NodeResourceLayout {
+                node: (*node).into(),
+                ..Default::default()
             })
             .collect())
     }
@@ -463,4 +483,53 @@ async fn jobs_listed_as_started_are_read_before_the_other_changes() {
     ]);
     w.poll_once().await.unwrap();
     assert_eq!(*table.fetches.lock().unwrap(), [2, 1, 3]);
+}
+
+#[tokio::test]
+async fn a_started_bridge_job_is_read_by_its_allocation_alone() {
+    let table = Arc::new(Table::default());
+    let comment = bridge_comment("g1", "ns/a");
+    table.jobs.lock().unwrap().extend([
+        info(1, JobState::Pending, &comment, ""),
+        info(2, JobState::Pending, &bridge_comment("g2", "ns/b"), ""),
+    ]);
+    let w = JobWatcher::new(table.clone(), JobWatcherConfig::default());
+    let mut events = w.subscribe();
+    sync(&w, &table).await;
+
+    // Both start; Slurm answers job 1's layout, and none for job 2 (it ended meanwhile, say).
+    for j in table.jobs.lock().unwrap().iter_mut() {
+        j.job_state = vec![JobState::Running];
+        j.nodes = Some(format!("node-{}", j.job_id));
+    }
+    table
+        .layouts
+        .lock()
+        .unwrap()
+        .insert(1, vec!["node-3", "node-4"]);
+    w.poll_once().await.unwrap();
+
+    let mut reads = table.resource_reads.lock().unwrap().clone();
+    reads.sort();
+    assert_eq!(reads, [1, 2]);
+    // Job 1 needed no full read; job 2's empty layout fell back to one.
+    assert_eq!(*table.fetches.lock().unwrap(), [2]);
+    let job = w.index().get(1).unwrap();
+    assert!(job.is_running());
+    assert_eq!(job.allocated_nodes(), Some("node-3,node-4"));
+    assert_eq!(job.comment.pods, ["ns/a"]);
+    assert_eq!(w.index().get(2).unwrap().allocated_nodes(), Some("node-2"));
+    let mut changed: Vec<u32> = std::iter::from_fn(|| events.try_recv().ok())
+        .map(|e| match e {
+            JobEvent::Changed(j) => j.job_id,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    changed.sort();
+    assert_eq!(changed, [1, 2]);
+
+    // The next poll sees both as the index holds them: nothing is read.
+    w.poll_once().await.unwrap();
+    assert_eq!(table.resource_reads.lock().unwrap().len(), 2);
+    assert_eq!(*table.fetches.lock().unwrap(), [2]);
 }
