@@ -60,6 +60,13 @@ pub(crate) fn slurm_requests(metrics: &str) -> f64 {
         .sum()
 }
 
+/// The `endpoint` label and the value of one metrics sample line.
+fn endpoint_sample(line: &str) -> Option<(&str, f64)> {
+    let endpoint = line.split("endpoint=\"").nth(1)?.split('"').next()?;
+    let value = line.rsplit(' ').next()?.parse::<f64>().ok()?;
+    Some((endpoint, value))
+}
+
 /// `slurm_bridge_scheduler_slurm_requests_total` by endpoint (every outcome), sorted by endpoint.
 pub(crate) fn slurm_requests_by_endpoint(metrics: &str) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = Vec::new();
@@ -67,14 +74,7 @@ pub(crate) fn slurm_requests_by_endpoint(metrics: &str) -> Vec<(String, f64)> {
         .lines()
         .filter(|l| l.starts_with("slurm_bridge_scheduler_slurm_requests_total{"))
     {
-        let Some(endpoint) = l
-            .split("endpoint=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-        else {
-            continue;
-        };
-        let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+        let Some((endpoint, v)) = endpoint_sample(l) else {
             continue;
         };
         match out.iter_mut().find(|(e, _)| e == endpoint) {
@@ -98,14 +98,7 @@ pub(crate) fn slurm_seconds_by_endpoint(metrics: &str) -> Vec<(String, f64, f64)
         if !is_sum && !rest.starts_with("count{") {
             continue;
         }
-        let Some(endpoint) = rest
-            .split("endpoint=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-        else {
-            continue;
-        };
-        let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+        let Some((endpoint, v)) = endpoint_sample(l) else {
             continue;
         };
         let slot = match out.iter().position(|(e, _, _)| e == endpoint) {
