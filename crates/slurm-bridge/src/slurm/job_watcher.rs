@@ -16,7 +16,7 @@ use futures::StreamExt;
 use slurm_rest::models::{JobInfo, JobState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -219,18 +219,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     fn absorb(&self, job_id: u32, info: Option<JobInfo>, always: bool) -> Option<Arc<WatchedJob>> {
         let mut index = self.index.write_locked();
         match info.as_ref().and_then(WatchedJob::from_info) {
-            Some(job) => {
-                let old = index.upsert(job);
-                let new = index.get(job_id);
-                drop(index);
-                if let Some(j) = &new
-                    && (always || old.as_deref() != Some(&**j))
-                {
-                    tracing::trace!(job_id, state = ?j.state, nodes = ?j.nodes, "job changed");
-                    self.emit(JobEvent::Changed(j.clone()));
-                }
-                new
-            }
+            Some(job) => self.put(index, job, always),
             None => {
                 let old = index.remove(job_id);
                 if info.is_some() {
@@ -243,6 +232,27 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 None
             }
         }
+    }
+
+    /// Stores `job` through the caller's write lock, released before the event: `Changed` when
+    /// it differs from what the index held, or `always`. Returns the job as stored.
+    fn put(
+        &self,
+        mut index: RwLockWriteGuard<'_, JobIndex>,
+        job: WatchedJob,
+        always: bool,
+    ) -> Option<Arc<WatchedJob>> {
+        let job_id = job.job_id;
+        let old = index.upsert(job);
+        let new = index.get(job_id);
+        drop(index);
+        if let Some(j) = &new
+            && (always || old.as_deref() != Some(&**j))
+        {
+            tracing::trace!(job_id, state = ?j.state, nodes = ?j.nodes, "job changed");
+            self.emit(JobEvent::Changed(j.clone()));
+        }
+        new
     }
 
     /// Reads where a bridge job the index holds as pending now runs: GET /resources/{id}
@@ -266,29 +276,22 @@ impl<S: SlurmJobs> JobWatcher<S> {
             .map(|n| n.node.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        let job = {
-            let mut index = self.index.write_locked();
-            // Its comment as of now: an update may have been recorded since the listing.
-            let Some(current) = index.get(job_id) else {
-                return true;
-            };
-            if !current.is_pending() {
-                return false;
-            }
-            let mut job = (*current).clone();
-            job.state = vec![JobState::Running];
-            job.state_reason = None;
-            job.nodes = Some(nodes);
-            index.upsert(job);
-            index.get(job_id)
+        let index = self.index.write_locked();
+        // Its comment as of now: an update may have been recorded since the listing.
+        let Some(current) = index.get(job_id) else {
+            return true;
         };
+        if !current.is_pending() {
+            return false;
+        }
+        let mut job = (*current).clone();
+        job.state = vec![JobState::Running];
+        job.state_reason = None;
+        job.nodes = Some(nodes);
         self.fetched_at
             .locked()
             .insert(job_id, std::time::Instant::now());
-        if let Some(job) = job {
-            tracing::trace!(job_id, state = ?job.state, nodes = ?job.nodes, "job changed");
-            self.emit(JobEvent::Changed(job));
-        }
+        self.put(index, job, false);
         true
     }
 
@@ -515,16 +518,12 @@ impl<S: SlurmJobs> JobWatcher<S> {
             }
         }
         // The started jobs' allocations, then whatever could not be read that way in full.
-        let mut allocations = futures::stream::iter(started_jobs)
-            .map(|id| async move { (id, self.read_allocation(id).await) })
-            .buffer_unordered(self.config.fetch_concurrency.max(1));
-        let mut full_reads = Vec::new();
-        while let Some((id, absorbed)) = allocations.next().await {
-            if !absorbed {
-                full_reads.push(id);
-            }
-        }
-        drop(allocations);
+        let mut full_reads: Vec<u32> = futures::stream::iter(started_jobs)
+            .map(|id| async move { (!self.read_allocation(id).await).then_some(id) })
+            .buffer_unordered(self.config.fetch_concurrency.max(1))
+            .filter_map(futures::future::ready)
+            .collect()
+            .await;
         full_reads.append(&mut to_fetch);
         let to_fetch = full_reads;
         let fetches = to_fetch.len();
