@@ -140,7 +140,7 @@ impl Instance {
             format!("--runtime-config={RUNTIME_CONFIG}"),
             format!("--feature-gates={FEATURE_GATES}"),
             "--allow-privileged=true".into(),
-            "--profiling=false".into(),
+            format!("--profiling={}", opts.profiling),
             format!("--cert-dir={}", dir.join("pki").display()),
         ];
         if is_large(opts) {

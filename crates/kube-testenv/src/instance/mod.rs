@@ -60,6 +60,9 @@ pub struct InstanceOptions {
     /// see docs/kube-testenv.md, Heartbeats). The agent renews leases every 10 s at least, so
     /// keep it above 15 s.
     pub node_monitor_grace_period: Option<Duration>,
+    /// Serve kube-apiserver's `/debug/pprof` (its `--profiling`), for a benchmark that profiles
+    /// the API server; off otherwise, as it serves nothing a test needs.
+    pub profiling: bool,
 }
 
 impl InstanceOptions {

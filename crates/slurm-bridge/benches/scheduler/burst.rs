@@ -90,6 +90,7 @@ async fn burst(a: &Args) -> Figures {
     let before = apiserver_requests(&kube).await;
     let cpu_before = cpu_by_daemon();
     let started = Instant::now();
+    let pprof = crate::apiserver_pprof::start(&kube, "bridge");
     let s = spawn_scheduler(&kube, &slurm, &dir, a);
     let profile = profile(&s);
     let done = last(&bound.await.unwrap());
@@ -102,6 +103,9 @@ async fn burst(a: &Args) -> Figures {
     }
     let t = done.duration_since(started);
     let cpu_after = cpu_by_daemon();
+    if let Some(p) = pprof {
+        p.await.unwrap();
+    }
     let metrics = settled_metrics(&s).await;
     let api = apiserver_requests(&kube).await - before;
     report!(

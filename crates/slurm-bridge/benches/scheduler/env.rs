@@ -211,6 +211,7 @@ pub(crate) fn last(bound: &HashMap<String, Instant>) -> Instant {
 pub(crate) async fn control_plane(nodes: u32, qps: f64, burst: u32) -> kube_testenv::Instance {
     let mut opts = kube_testenv::InstanceOptions::with_nodes(nodes as usize);
     opts.kube_scheduler = true;
+    opts.profiling = crate::apiserver_pprof::wanted();
     opts.kube_scheduler_args = vec![
         format!("--kube-api-qps={qps}"),
         format!("--kube-api-burst={burst}"),

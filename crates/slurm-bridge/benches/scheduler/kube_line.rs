@@ -20,10 +20,14 @@ pub(crate) async fn kube_scheduler_burst(
     let bound = watch_bound(&pods, n as usize, None);
     let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
+    let pprof = crate::apiserver_pprof::start(kube, "kube-scheduler");
     kube.start_daemon(Daemon::KubeScheduler)
         .await
         .expect("start kube-scheduler");
     let t = last(&bound.await.unwrap()).duration_since(started);
+    if let Some(p) = pprof {
+        p.await.unwrap();
+    }
     (t, (cpu_before, crate::metrics::cpu_by_daemon()))
 }
 

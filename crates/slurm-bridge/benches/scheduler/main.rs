@@ -21,6 +21,8 @@
 //! writes per pod by kind and the Slurm REST calls per pod (from the scheduler's /metrics) and
 //! kube-apiserver requests per pod (apiserver_request_total over the phase, every client).
 //!
+//! `BENCH_APISERVER_PPROF=<prefix>` writes a CPU profile of kube-apiserver during the burst's
+//! kube-scheduler and bridge lines ([`apiserver_pprof`]).
 //! `BENCH_PERF=<file>` records a `perf record -g` profile of the scheduler during the burst;
 //! `BENCH_LOG=<file>` keeps the scheduler's log (at `BENCH_RUST_LOG`, default `info`) for
 //! `hack/bench-phases.py`, and `BENCH_METRICS=<file>` its last `/metrics`.
@@ -35,6 +37,7 @@ macro_rules! report {
     ($($t:tt)*) => { println!("{}   [load {}]", format!($($t)*), $crate::report::loadavg()) };
 }
 
+mod apiserver_pprof;
 mod args;
 mod arrival;
 mod backlog;
