@@ -37,10 +37,13 @@ pub(crate) struct Args {
     pub(crate) bare_pods: bool,
     /// Burst mode: runs in a row, each on fresh instances, then the medians.
     pub(crate) runs: u32,
+    /// Burst mode: kube-scheduler keeps running (idle, watching) during the bridge's line, as
+    /// on a site running both; by default each scheduler runs alone in its line.
+    pub(crate) kube_scheduler_beside: bool,
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw, --first-run-only (scale), --bare-pods, --runs N (burst)";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --skip-raw, --first-run-only (scale), --bare-pods, --runs N (burst), --kube-scheduler-beside (burst)";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -60,6 +63,7 @@ pub(crate) fn args() -> Args {
         first_run_only: false,
         bare_pods: false,
         runs: 1,
+        kube_scheduler_beside: false,
     };
     let mut it = std::env::args().skip(1);
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> T {
@@ -93,6 +97,7 @@ pub(crate) fn args() -> Args {
             "--first-run-only" => a.first_run_only = true,
             "--bare-pods" => a.bare_pods = true,
             "--runs" => a.runs = num::<u32>("--runs", it.next()).max(1),
+            "--kube-scheduler-beside" => a.kube_scheduler_beside = true,
             "--bench" => {}
             other => panic!("unknown argument {other}: {USAGE}"),
         }

@@ -6,7 +6,10 @@ use crate::args::Args;
 use crate::bridge::{profile, settled_metrics, spawn_scheduler};
 use crate::env::{control_plane, create_pods, last, namespace, start_slurm, temp_dir, watch_bound};
 use crate::kube_line::{bind_floor, kube_scheduler_burst};
-use crate::metrics::{apiserver_requests, cpu_by_daemon, print_cpu, print_per_pod, vm_hwm_kib};
+use crate::metrics::{
+    apiserver_requests, apiserver_requests_by_kind, cpu_by_daemon, print_apiserver_requests,
+    print_cpu, print_per_pod, vm_hwm_kib,
+};
 use crate::raw::raw_burst;
 use std::process::Command;
 use std::time::Instant;
@@ -79,6 +82,13 @@ async fn burst(a: &Args) -> Figures {
         a.burst
     );
     print_cpu(&ks_cpu.0, &ks_cpu.1);
+    if a.kube_scheduler_beside {
+        report!("  kube-scheduler keeps running (idle) during the bridge's line");
+    } else {
+        // Each scheduler alone in its line: the bridge is not running in kube-scheduler's.
+        kube.stop_daemon(kube_testenv::Daemon::KubeScheduler)
+            .expect("stop kube-scheduler");
+    }
 
     let slurm = tokio::task::spawn_blocking(move || start_slurm(nodes))
         .await
@@ -87,7 +97,8 @@ async fn burst(a: &Args) -> Figures {
     let pods = namespace(&kube, "default").await;
     create_pods(&pods, "bench", n, BRIDGE).await;
     let bound = watch_bound(&pods, n.min(nodes) as usize, Some(n as usize));
-    let before = apiserver_requests(&kube).await;
+    let requests_before = apiserver_requests_by_kind(&kube).await;
+    let before: f64 = requests_before.values().sum();
     let cpu_before = cpu_by_daemon();
     let started = Instant::now();
     let pprof = crate::apiserver_pprof::start(&kube, "bridge");
@@ -103,6 +114,7 @@ async fn burst(a: &Args) -> Figures {
     }
     let t = done.duration_since(started);
     let cpu_after = cpu_by_daemon();
+    let requests_done = apiserver_requests_by_kind(&kube).await;
     if let Some(p) = pprof {
         p.await.unwrap();
     }
@@ -121,6 +133,7 @@ async fn burst(a: &Args) -> Figures {
         t.as_secs_f64() / ks.as_secs_f64()
     );
     print_per_pod(&metrics, n, api);
+    print_apiserver_requests(&requests_before, &requests_done, n);
     print_cpu(&cpu_before, &cpu_after);
     println!(
         "  scheduler peak RSS {:.1} MiB",

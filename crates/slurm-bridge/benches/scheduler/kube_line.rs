@@ -7,7 +7,8 @@ use kube::api::{ObjectMeta, PostParams};
 use std::time::{Duration, Instant};
 
 /// kube-scheduler, burst: stopped while N pods are created, then started; time to all bound,
-/// and the daemons' CPU seconds before and after it ([`crate::metrics::print_cpu`]).
+/// and the daemons' CPU seconds before and after it ([`crate::metrics::print_cpu`]); prints the
+/// API server's requests per pod meanwhile.
 pub(crate) async fn kube_scheduler_burst(
     kube: &mut kube_testenv::Instance,
     n: u32,
@@ -18,6 +19,7 @@ pub(crate) async fn kube_scheduler_burst(
     let pods = namespace(kube, "ks-burst").await;
     create_pods(&pods, "ks", n, "default-scheduler").await;
     let bound = watch_bound(&pods, n as usize, None);
+    let requests = crate::metrics::apiserver_requests_by_kind(kube).await;
     let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
     let pprof = crate::apiserver_pprof::start(kube, "kube-scheduler");
@@ -25,10 +27,13 @@ pub(crate) async fn kube_scheduler_burst(
         .await
         .expect("start kube-scheduler");
     let t = last(&bound.await.unwrap()).duration_since(started);
+    let cpu_after = crate::metrics::cpu_by_daemon();
+    let requests_after = crate::metrics::apiserver_requests_by_kind(kube).await;
     if let Some(p) = pprof {
         p.await.unwrap();
     }
-    (t, (cpu_before, crate::metrics::cpu_by_daemon()))
+    crate::metrics::print_apiserver_requests(&requests, &requests_after, n);
+    (t, (cpu_before, cpu_after))
 }
 
 /// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,

@@ -1,5 +1,7 @@
 //! Figures scraped from the scheduler's /metrics, kube-apiserver's /metrics and /proc.
 
+use std::collections::BTreeMap;
+
 pub(crate) fn vm_hwm_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -134,12 +136,60 @@ pub(crate) fn kube_writes(metrics: &str) -> Vec<(String, f64)> {
 
 /// Sum of kube-apiserver's `apiserver_request_total` (every client).
 pub(crate) async fn apiserver_requests(kube: &kube_testenv::Instance) -> f64 {
+    apiserver_requests_by_kind(kube).await.values().sum()
+}
+
+/// kube-apiserver's `apiserver_request_total` (every client) by `VERB resource[/subresource]`.
+pub(crate) async fn apiserver_requests_by_kind(
+    kube: &kube_testenv::Instance,
+) -> BTreeMap<String, f64> {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = kube.client().request_text(req).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('"'))
+                .unwrap_or("")
+        };
+        let mut kind = format!("{} {}", label("verb"), label("resource"));
+        if !label("subresource").is_empty() {
+            kind = format!("{kind}/{}", label("subresource"));
+        }
+        *out.entry(kind).or_insert(0.0) += value;
+    }
+    out
+}
+
+/// Prints the API server requests of every client between two readings, per pod, the kinds
+/// with at least 0.01 a pod.
+pub(crate) fn print_apiserver_requests(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    n: u32,
+) {
+    let n = f64::from(n);
+    let per_pod: Vec<String> = after
+        .iter()
+        .map(|(k, v)| (k, (v - before.get(k).copied().unwrap_or(0.0)) / n))
+        .filter(|(_, v)| *v >= 0.01)
+        .map(|(k, v)| format!("{k} {v:.2}"))
+        .collect();
+    println!(
+        "  kube-apiserver requests per pod until the last bind (every client): {}",
+        per_pod.join(", ")
+    );
 }
 
 /// The daemons' CPU seconds before and after a phase ([`cpu_by_daemon`]).

@@ -28,12 +28,14 @@ pub(crate) async fn scale(a: &Args) {
     let started = Instant::now();
     let s = spawn_scheduler(&kube, &slurm, &dir, a);
     let t = last(&bound.await.unwrap()).duration_since(started);
+    let labelled = started.elapsed();
     let metrics = settled_metrics(&s).await;
     let api = apiserver_requests(&kube).await - before;
     report!(
-        "bridge: {n} pods -> {} bound, the rest labelled with their pending job, in {:.2} s from the start; peak RSS {:.1} MiB",
+        "bridge: {n} pods -> {} bound in {:.2} s, all {n} labelled with their job in {:.2} s, from the start; peak RSS {:.1} MiB",
         n.min(nodes),
         t.as_secs_f64(),
+        labelled.as_secs_f64(),
         vm_hwm_kib(s.pid) as f64 / 1024.0
     );
     println!("  {}", rss_parts(s.pid));

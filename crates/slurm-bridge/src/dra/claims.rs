@@ -27,7 +27,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use serde_json::json;
+use slurm_rest::models::NodeResourceLayout;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// Condition reason and Event reason of a pod whose claim could not be made.
 pub const REASON_CLAIM_FAILED: &str = "DeviceClaimFailed";
@@ -90,12 +92,14 @@ impl ClaimPlan {
 
 /// Works out the devices of every pod of the allocation that asks for DRA resources. `plan` is
 /// pod key → Kubernetes node for every pod on the allocation (bound before or now), `pods` the
-/// group's pods, `slurm_node` maps a Kubernetes node to its Slurm name. Errors name the pod they
-/// concern (pod key) when there is one.
+/// group's pods, `slurm_node` maps a Kubernetes node to its Slurm name. `known` is the job's
+/// layout when the job watcher's allocation read has it (else it is read from Slurm). Errors name
+/// the pod they concern (pod key) when there is one.
 pub async fn plan(
     writer: &ClaimWriter,
     slurm: &impl SlurmJobs,
     job_id: u32,
+    known: Option<Arc<[NodeResourceLayout]>>,
     plan: &BTreeMap<String, String>,
     pods: &[&Pod],
     slurm_node: impl Fn(&str) -> String,
@@ -117,10 +121,14 @@ pub async fn plan(
     if asks.is_empty() {
         return Ok(ClaimPlan::default());
     }
-    let layouts = slurm
-        .job_resources(job_id)
-        .await
-        .map_err(|source| (None, ClaimError::Slurm { job_id, source }))?;
+    let layouts = match known {
+        Some(layout) => layout,
+        None => slurm
+            .job_resources(job_id)
+            .await
+            .map_err(|source| (None, ClaimError::Slurm { job_id, source }))?
+            .into(),
+    };
     let slices = writer.slices.state();
     let mut out = ClaimPlan::default();
     let nodes: BTreeSet<&String> = asks.values().map(|(n, _)| n).collect();

@@ -8,12 +8,15 @@
 //! for each bridge job that changed or disappeared. So an allocation is noticed within one poll
 //! interval and the cost per poll does not depend on how many pods wait.
 
+mod recent_layouts;
+
 use super::SlurmJobs;
 use super::job_index::{JobIndex, WatchedJob};
 use crate::sync::{MutexExt, RwLockExt, Subscribers};
 use crate::workload::admin_comment::AdminComment;
 use futures::StreamExt;
-use slurm_rest::models::{JobInfo, JobState};
+use recent_layouts::RecentLayouts;
+use slurm_rest::models::{JobInfo, JobState, NodeResourceLayout};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -101,6 +104,8 @@ pub struct JobWatcher<S> {
     nudge: tokio::sync::Notify,
     /// When pending reasons were last refreshed (see `reason_tick`).
     last_reason_batch: Mutex<Option<std::time::Instant>>,
+    /// The layouts the allocation reads fetched, for a DRA bind to reuse.
+    layouts: Mutex<RecentLayouts>,
     pub stats: WatcherStats,
 }
 
@@ -118,6 +123,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             fresh: Mutex::new(HashMap::new()),
             nudge: tokio::sync::Notify::new(),
             last_reason_batch: Mutex::new(None),
+            layouts: Mutex::new(RecentLayouts::default()),
             stats: WatcherStats::default(),
         })
     }
@@ -271,11 +277,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 return false;
             }
         };
-        let nodes = layout
-            .iter()
-            .map(|n| n.node.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
+        let nodes = joined_nodes(&layout);
         let index = self.index.write_locked();
         // Its comment as of now: an update may have been recorded since the listing.
         let Some(current) = index.get(job_id) else {
@@ -291,8 +293,17 @@ impl<S: SlurmJobs> JobWatcher<S> {
         self.fetched_at
             .locked()
             .insert(job_id, std::time::Instant::now());
+        self.layouts.locked().insert(job_id, layout.into());
         self.put(index, job, false);
         true
+    }
+
+    /// The layout (GET /resources/{id}) the allocation read fetched for `job`, while it still
+    /// describes the job's nodes; `None` when it was not read that way, was evicted, or the
+    /// job's nodes changed since: the caller then reads it.
+    pub fn recent_layout(&self, job: &WatchedJob) -> Option<Arc<[NodeResourceLayout]>> {
+        let layout = self.layouts.locked().get(job.job_id)?;
+        (job.allocated_nodes() == Some(joined_nodes(&layout).as_str())).then_some(layout)
     }
 
     fn emit(&self, event: JobEvent) {
@@ -558,6 +569,15 @@ impl<S: SlurmJobs> JobWatcher<S> {
             None => Ok(()),
         }
     }
+}
+
+/// A layout's nodes as the index holds an allocation read's: their names, comma-separated.
+fn joined_nodes(layout: &[NodeResourceLayout]) -> String {
+    layout
+        .iter()
+        .map(|n| n.node.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

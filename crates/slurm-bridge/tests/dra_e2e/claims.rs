@@ -5,7 +5,7 @@
 use crate::e2e::{self, NS, allocated, claim_name};
 use crate::support::{
     DRA_CPU, DRA_GPU, DRA_NODE, PLUGIN_NODE, dra_pod, job_gres_indices, machine_cpus, scontrol,
-    start, wait_node,
+    start, start_counting, wait_node,
 };
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::ResourceExt;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dra_registration_claims_and_cleanup() {
-    let (env, controllers) = start().await;
+    let (env, controllers, slurm) = start_counting().await;
 
     // Registration: CPUs and cores from the dra.cpu slice without its 2 E-cores, Gres/GresConf
     // from the gpu.example.com slice; device-plugin GPUs on the other node.
@@ -51,6 +51,14 @@ async fn dra_registration_claims_and_cleanup() {
         Some(DRA_NODE)
     );
     let job_id = e2e::job_id_of(&pod);
+    // Its layout was read from Slurm once: by the job watcher when it saw the job start (the
+    // claim plan reuses it), or by the plan when the watcher read the whole job instead.
+    assert_eq!(
+        slurm.resource_reads_of(job_id),
+        1,
+        "GET /resources/{job_id} once, reads: {:?}",
+        slurm.resource_reads.lock().unwrap()
+    );
     let name = claim_name(&pod).expect("extendedResourceClaimStatus set before binding");
     let claims: Api<ResourceClaim> = Api::namespaced(env.kube.clone(), NS);
     let claim = claims.get(&name).await.unwrap();

@@ -74,6 +74,12 @@ pub async fn setup_devices(env: &Env) {
 }
 
 pub async fn start() -> (Env, Controllers) {
+    let (env, controllers, _) = start_counting().await;
+    (env, controllers)
+}
+
+/// [`start`], the scheduler's Slurm client counting its reads of job layouts.
+pub async fn start_counting() -> (Env, Controllers, std::sync::Arc<e2e::SlurmWrites>) {
     let mut env = Env::start_configured(0, |o| {
         let mut dra = kube_testenv::NodeSpec::standard(DRA_NODE);
         let mut plugin = kube_testenv::NodeSpec::standard(PLUGIN_NODE);
@@ -94,8 +100,13 @@ pub async fn start() -> (Env, Controllers) {
     .await;
     setup_devices(&env).await;
     let controllers = Controllers::start(&env, |_| {}).await;
-    env.start_scheduler().await;
-    (env, controllers)
+    let slurm = e2e::SlurmWrites::open();
+    env.start_scheduler_with(e2e::Gated {
+        inner: e2e::rest_client(&env.slurm),
+        writes: slurm.clone(),
+    })
+    .await;
+    (env, controllers, slurm)
 }
 
 pub fn scontrol(env: &Env, args: &[&str]) -> String {

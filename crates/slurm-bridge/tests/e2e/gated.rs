@@ -1,4 +1,5 @@
-//! A Slurm client that counts the scheduler's writes and holds each submit at a gate.
+//! A Slurm client that counts the scheduler's writes (and layout reads) and holds each submit at
+//! a gate.
 
 use slurm_bridge::slurm::{JobControl, SlurmJobs, SlurmNodes};
 use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry};
@@ -16,6 +17,8 @@ pub struct SlurmWrites {
     pub cancelled: AtomicUsize,
     /// A submit takes a permit before it reaches Slurm.
     pub gate: Semaphore,
+    /// The job of each GET /resources/{id} the scheduler made, in order.
+    pub resource_reads: std::sync::Mutex<Vec<u32>>,
 }
 
 impl SlurmWrites {
@@ -27,6 +30,7 @@ impl SlurmWrites {
             updated: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
             gate: Semaphore::new(0),
+            resource_reads: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -49,6 +53,12 @@ impl SlurmWrites {
             .await
             .unwrap_or_else(|_| panic!("{n} submit(s) within {timeout:?}"))
             .unwrap();
+    }
+
+    /// How many times the scheduler read `job_id`'s layout (GET /resources/{id}).
+    pub fn resource_reads_of(&self, job_id: u32) -> usize {
+        let reads = self.resource_reads.lock().unwrap();
+        reads.iter().filter(|j| **j == job_id).count()
     }
 
     /// Submits, updates and cancels that reached Slurm.
@@ -97,6 +107,13 @@ impl SlurmJobs for Gated {
     }
     async fn job(&self, id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
         SlurmJobs::job(&self.inner, id).await
+    }
+    async fn job_resources(
+        &self,
+        id: u32,
+    ) -> Result<Vec<slurm_rest::models::NodeResourceLayout>, slurm_rest::Error> {
+        self.writes.resource_reads.lock().unwrap().push(id);
+        SlurmJobs::job_resources(&self.inner, id).await
     }
 }
 

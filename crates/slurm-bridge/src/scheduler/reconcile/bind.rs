@@ -190,7 +190,18 @@ async fn plan_claims<S: Slurm>(
             .map(|(s, _)| s.to_string())
             .unwrap_or_else(|| k.to_string())
     };
-    match claims::plan(writer, &*ctx.slurm, job.job_id, plan, members, slurm_node).await {
+    let known = ctx.watcher.recent_layout(job);
+    match claims::plan(
+        writer,
+        &*ctx.slurm,
+        job.job_id,
+        known,
+        plan,
+        members,
+        slurm_node,
+    )
+    .await
+    {
         Ok(c) => Ok(c),
         Err((who, e)) => {
             let message = format!("Slurm job {}: {e}", job.job_id);

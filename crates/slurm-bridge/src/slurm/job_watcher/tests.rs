@@ -519,6 +519,15 @@ async fn a_started_bridge_job_is_read_by_its_allocation_alone() {
     assert_eq!(job.allocated_nodes(), Some("node-3,node-4"));
     assert_eq!(job.comment.pods, ["ns/a"]);
     assert_eq!(w.index().get(2).unwrap().allocated_nodes(), Some("node-2"));
+    // Job 1's layout is kept for a DRA bind; job 2's was never read.
+    let layout = w.recent_layout(&job).expect("job 1's layout kept");
+    let nodes: Vec<&str> = layout.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(nodes, ["node-3", "node-4"]);
+    assert!(w.recent_layout(&w.index().get(2).unwrap()).is_none());
+    // A job whose nodes changed since (a resize) no longer matches it.
+    let mut resized = (*job).clone();
+    resized.nodes = Some("node-3".into());
+    assert!(w.recent_layout(&resized).is_none());
     let mut changed: Vec<u32> = std::iter::from_fn(|| events.try_recv().ok())
         .map(|e| match e {
             JobEvent::Changed(j) => j.job_id,
