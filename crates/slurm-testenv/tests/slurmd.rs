@@ -137,15 +137,17 @@ fn slurmd_nodes_run_batch_jobs_and_srun_beside_external_nodes() {
     let long = submit(&inst, &["--wrap", "sleep 300"]);
     wait_job_state(&inst, &long, "RUNNING", Duration::from_secs(20));
     let dir = inst.dir().display().to_string();
+    // slurmctld shows the job RUNNING when it sends the launch; slurmd starts the step's
+    // slurmstepd a moment later, so wait for it.
+    wait_for("a slurmstepd of the job", Duration::from_secs(20), || {
+        let running = slurm_node_processes(&dir);
+        (!running.iter().any(|c| c.starts_with("slurmstepd"))).then(|| format!("{running:?}"))
+    });
     let running = slurm_node_processes(&dir);
     // (A slurmd forks briefly to start a step, so count nodes, not processes.)
     let nodes: std::collections::BTreeSet<&String> =
         running.iter().filter(|c| c.starts_with("slurmd")).collect();
     assert_eq!(nodes.len(), 2, "{running:?}");
-    assert!(
-        running.iter().any(|c| c.starts_with("slurmstepd")),
-        "{running:?}"
-    );
     drop(inst);
     let left = slurm_node_processes(&dir);
     assert!(left.is_empty(), "left running: {left:?}");
