@@ -62,11 +62,24 @@ pub(crate) fn slurm_requests(metrics: &str) -> f64 {
         .sum()
 }
 
+/// The value of label `name` in one metrics sample line (`metric{a="x",b="y"} 3`).
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let labels = line.split_once('{')?.1.rsplit_once('}')?.0;
+    labels.split(',').find_map(|kv| {
+        kv.strip_prefix(name)?
+            .strip_prefix("=\"")?
+            .strip_suffix('"')
+    })
+}
+
+/// The value of one metrics sample line.
+fn sample_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse().ok()
+}
+
 /// The `endpoint` label and the value of one metrics sample line.
 fn endpoint_sample(line: &str) -> Option<(&str, f64)> {
-    let endpoint = line.split("endpoint=\"").nth(1)?.split('"').next()?;
-    let value = line.rsplit(' ').next()?.parse::<f64>().ok()?;
-    Some((endpoint, value))
+    Some((label(line, "endpoint")?, sample_value(line)?))
 }
 
 /// `slurm_bridge_scheduler_slurm_requests_total` by endpoint (every outcome), sorted by endpoint.
@@ -146,26 +159,17 @@ pub(crate) async fn apiserver_requests_by_kind(
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = kube.client().request_text(req).await.unwrap_or_default();
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let Some(value) = sample_value(line) else {
             continue;
         };
-        let Some((labels, value)) = labels.rsplit_once("} ") else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
-                .map(|v| v.trim_end_matches('"'))
-                .unwrap_or("")
-        };
-        let mut kind = format!("{} {}", label("verb"), label("resource"));
-        if !label("subresource").is_empty() {
-            kind = format!("{kind}/{}", label("subresource"));
+        let field = |name| label(line, name).unwrap_or("");
+        let mut kind = format!("{} {}", field("verb"), field("resource"));
+        if !field("subresource").is_empty() {
+            kind = format!("{kind}/{}", field("subresource"));
         }
         *out.entry(kind).or_insert(0.0) += value;
     }
