@@ -216,6 +216,12 @@ schedulerName: slurm-bridge-scheduler
 slurmRestApi: $SLURM_REST_URL
 partition: slurm-bridge
 mcsLabel: kubernetes
+# The namespace default is one tenant: its pods may ask for partition high (the preemption
+# step below) but never for another Slurm user, account or priority (docs/tenancy.md).
+tenants:
+  - name: demo
+    namespaces: [default]
+    partitions: [slurm-bridge, high]
 CFG
 step "slurm-bridge run: the scheduler and the controllers (log $work/scheduler.log)"
 # Port 0: the kernel picks a free probe port; the scheduler logs the one it got.

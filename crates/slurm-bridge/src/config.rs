@@ -28,6 +28,12 @@ pub struct Config {
     /// Slurm settings for pods of a Kubernetes PriorityClass, by class name (this project's
     /// field; the original has none). `slurmjob.*` annotations win over it.
     pub priority_classes: BTreeMap<String, PriorityMapping>,
+    /// Who jobs of each namespace run as and may ask for in Slurm ([`crate::tenancy`]); the
+    /// first tenant covering a namespace is its tenant.
+    pub tenants: Vec<crate::tenancy::Tenant>,
+    /// The tenant of namespaces no tenant covers; without it (and with tenants configured) their
+    /// pods are refused; with no tenants at all they get [`crate::tenancy::Tenant::implicit`].
+    pub default_tenant: Option<crate::tenancy::Tenant>,
 }
 
 /// What a PriorityClass means in Slurm: any of a QoS, a partition and a job priority.
@@ -81,7 +87,7 @@ pub enum ConfigError {
 }
 
 /// Field names, lower-cased for matching.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 9] = [
     "schedulername",
     "slurmrestapi",
     "managednamespaces",
@@ -89,6 +95,8 @@ const FIELDS: [&str; 7] = [
     "mcslabel",
     "partition",
     "priorityclasses",
+    "tenants",
+    "defaulttenant",
 ];
 
 fn type_name(v: &Value) -> &'static str {
@@ -160,6 +168,13 @@ impl Config {
                     cfg.partition = string_field(&key, v, "a Slurm partition name (no spaces)")?
                 }
                 "priorityclasses" => cfg.priority_classes = priority_classes(&key, v)?,
+                "tenants" => cfg.tenants = crate::tenancy::tenant::parse_list(&key, v)?,
+                "defaulttenant" => {
+                    cfg.default_tenant = match v {
+                        Value::Null => None,
+                        v => Some(crate::tenancy::tenant::parse(&key, v, false)?),
+                    }
+                }
                 _ => {}
             }
         }

@@ -18,6 +18,7 @@ pub mod server;
 pub mod slurm;
 pub mod small_set;
 pub mod sync;
+pub mod tenancy;
 pub mod volumes;
 pub mod wellknown;
 pub mod workload;

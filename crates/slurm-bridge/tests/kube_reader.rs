@@ -159,8 +159,16 @@ async fn kube_reader_translates_like_the_manifest_reader() {
         assert_eq!(from_kube.ir.root, from_files.ir.root);
         assert_eq!(from_kube.gang, from_files.gang);
         assert_eq!(
-            comparable(&from_kube.to_job_desc(&cfg, &[])),
-            comparable(&from_files.to_job_desc(&cfg, &[]))
+            comparable(&from_kube.to_job_desc(
+                &cfg,
+                &slurm_bridge::tenancy::Granted::as_asked(&from_kube.asked(&cfg)),
+                &[]
+            )),
+            comparable(&from_files.to_job_desc(
+                &cfg,
+                &slurm_bridge::tenancy::Granted::as_asked(&from_files.asked(&cfg)),
+                &[]
+            ))
         );
         // The admin_comment carries the server's uids.
         let comment =

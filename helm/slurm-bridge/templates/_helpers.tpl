@@ -266,6 +266,14 @@ partition: {{ .Values.schedulerConfig.partition | quote }}
 priorityClasses:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .Values.schedulerConfig.tenants }}
+tenants:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.schedulerConfig.defaultTenant }}
+defaultTenant:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- if .Values.admission.managedNamespaceSelector }}
 managedNamespaceSelector:
   {{- toYaml .Values.admission.managedNamespaceSelector | nindent 2 }}

@@ -14,6 +14,7 @@ pub mod managed;
 pub mod mutate;
 pub mod review;
 pub mod server;
+pub mod tenancy;
 pub mod tls;
 pub mod validate;
 
@@ -162,6 +163,8 @@ pub async fn start(
 
     let webhooks = Arc::new(server::Webhooks {
         scheduler_name: opts.config.scheduler_name.clone(),
+        tenancy: crate::tenancy::Tenancy::new(&opts.config, Some(client.clone())),
+        config: opts.config.clone(),
         namespaces: namespaces.clone(),
         metrics: server::AdmissionMetrics::new(registry),
     });

@@ -111,6 +111,10 @@ impl AdmissionMetrics {
 pub struct Webhooks {
     /// The bridge scheduler name.
     pub scheduler_name: String,
+    /// The bridge config (tenants, PriorityClass mappings).
+    pub config: crate::config::Config,
+    /// The tenancy policy ([`super::tenancy`]).
+    pub tenancy: crate::tenancy::Tenancy,
     /// The managed-namespace predicate.
     pub namespaces: Namespaces,
     /// Metrics.
@@ -135,7 +139,19 @@ impl Webhooks {
         match webhook {
             Webhook::Mutate => Verdict::Allow(mutate::patch(req, &self.scheduler_name, managed)),
             Webhook::Validate => match validate::validate(req, &self.scheduler_name, managed) {
-                Ok(()) => Verdict::allow(),
+                Ok(()) => match super::tenancy::check(
+                    req,
+                    &self.scheduler_name,
+                    &self.config,
+                    &self.tenancy,
+                    managed,
+                )
+                .await
+                {
+                    Ok(()) => Verdict::allow(),
+                    Err(Ok(refused)) => Verdict::Deny(refused),
+                    Err(Err(e)) => Verdict::Error(e),
+                },
                 Err(m) => Verdict::Deny(m),
             },
         }

@@ -95,6 +95,13 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
     if pods.is_empty() && report.errors.is_empty() {
         report.errors.push(NO_PODS.into());
     }
+    // Namespace labels are not known here: tenants selecting by label match no namespace.
+    let tenancy = crate::tenancy::Tenancy::new(cfg, None);
+    if crate::tenancy::Tenancy::needs_labels(cfg) {
+        report.notes.push(
+            "namespace labels are not known to translate: tenants with a namespaceSelector cover no namespace here".into(),
+        );
+    }
     let mut done: BTreeSet<String> = BTreeSet::new();
     let mut groups: BTreeSet<String> = BTreeSet::new();
     for pod in &pods {
@@ -147,12 +154,22 @@ pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> 
                         t.group_key, i.message
                     ));
                 }
+                let granted = match tenancy.decide(&t.ir.root.namespace, &t.asked(cfg)).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        report.errors.push(format!(
+                            "group {}: {e}; the scheduler would not submit it",
+                            t.group_key
+                        ));
+                        continue;
+                    }
+                };
                 report.groups.push(GroupOutput {
                     group: t.group_key.clone(),
                     pods: t.ir.pod_names(),
                     complete: incomplete.is_none(),
                     incomplete,
-                    job: t.to_job_desc(cfg, &[]),
+                    job: t.to_job_desc(cfg, &granted, &[]),
                 });
             }
             Err(e) => {

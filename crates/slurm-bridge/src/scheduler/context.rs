@@ -24,6 +24,8 @@ pub use crate::slurm::Slurm;
 /// Shared state of the scheduler.
 pub struct Ctx<S> {
     pub config: Config,
+    /// Who each namespace's jobs run as and what their authors may ask ([`crate::tenancy`]).
+    pub tenancy: crate::tenancy::Tenancy,
     pub client: kube::Client,
     pub slurm: Arc<S>,
     pub watcher: Arc<JobWatcher<S>>,
@@ -164,6 +166,7 @@ impl<S: Slurm> Ctx<S> {
             reader: caches.reader(client.clone()),
             writer: PodWriter::new(client.clone(), &config.scheduler_name)
                 .repairing_labels(&metrics.kube_writes),
+            tenancy: crate::tenancy::Tenancy::new(&config, Some(client.clone())),
             config,
             client,
             slurm: caches.slurm,

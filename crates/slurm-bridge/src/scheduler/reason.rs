@@ -17,6 +17,10 @@ pub const SLURM_SUBMIT_FAILED: &str = "SlurmSubmitFailed";
 pub const SLURM_UNAVAILABLE: &str = "SlurmUnavailable";
 /// A `slurmjob.slinky.slurm.net/*` annotation is invalid; the message names the key.
 pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
+/// The pod's tenant ([`crate::tenancy`]) does not allow what its authors asked of Slurm (a
+/// user, account, QoS, partition, priority, reservation or wckey), or its namespace has no
+/// tenant; the message names each key, the namespace and what is accepted.
+pub const NOT_ALLOWED_BY_TENANT: &str = "NotAllowedByTenant";
 /// The pod's group could not be worked out (an owner missing, ...).
 pub const TRANSLATION_FAILED: &str = "TranslationFailed";
 /// No Kubernetes node suits the pod.

@@ -7,6 +7,7 @@ use super::Translation;
 use super::admin_comment::AdminComment;
 use super::ir::{SlurmJobIr, pod_key};
 use crate::config::{Config, PriorityMapping};
+use crate::tenancy::{Asked, Granted};
 
 /// Working directory of every external job (slurmctld wants one; nothing runs there).
 pub const WORKING_DIRECTORY: &str = "/tmp";
@@ -30,9 +31,13 @@ pub fn default_job_name(ir: &SlurmJobIr) -> String {
     format!("{}/{}", ir.root.namespace, ir.root.name)
 }
 
-/// The config's Slurm settings for the group's PriorityClass: that of its pod with the highest
-/// `spec.priority` (the first such pod in name order on a tie), when the config maps the class.
-pub fn priority_mapping<'a>(ir: &SlurmJobIr, cfg: &'a Config) -> Option<&'a PriorityMapping> {
+/// The config's Slurm settings for the group's PriorityClass, with the class's name: that of its
+/// pod with the highest `spec.priority` (the first such pod in name order on a tie), when the
+/// config maps the class.
+pub fn priority_mapping<'a>(
+    ir: &'a SlurmJobIr,
+    cfg: &'a Config,
+) -> Option<(&'a str, &'a PriorityMapping)> {
     if cfg.priority_classes.is_empty() {
         return None;
     }
@@ -42,7 +47,13 @@ pub fn priority_mapping<'a>(ir: &SlurmJobIr, cfg: &'a Config) -> Option<&'a Prio
         .filter_map(|p| p.spec.as_ref())
         .filter_map(|s| Some((s.priority.unwrap_or(0), s.priority_class_name.as_deref()?)))
         .reduce(|best, next| if next.0 > best.0 { next } else { best })?;
-    cfg.priority_class(top.1)
+    cfg.priority_class(top.1).map(|m| (top.1, m))
+}
+
+/// What the group's authors asked of the policy fields: its annotations, and where they give
+/// none its mapped PriorityClass's QoS, partition and priority.
+pub fn asked(ir: &SlurmJobIr, cfg: &Config) -> Asked {
+    Asked::new(&ir.job, priority_mapping(ir, cfg))
 }
 
 /// Build the job description.
@@ -51,35 +62,35 @@ pub fn priority_mapping<'a>(ir: &SlurmJobIr, cfg: &'a Config) -> Option<&'a Prio
 /// [`default_job_name`]), `nodes` = the number of pods (over `pods-per-node`), `shared` (`["none"]` unless `exclusive=false`). From the config: the
 /// default partition and `mcs_label` (each left out when empty, so Slurm's defaults
 /// apply). `excluded_nodes` keeps Slurm off nodes Kubernetes cannot use for these pods.
-/// Unset IR fields are left out. A mapped PriorityClass ([`priority_mapping`]) gives `qos`,
-/// `partition` and `priority` where the `slurmjob.*` annotations give none.
+/// Unset IR fields are left out. Who the job runs as, its account, QoS, partition, priority,
+/// reservation and wckey are `granted`: the tenant's decision on what the authors [`asked`]
+/// ([`crate::tenancy`]), the partition falling back to the config's.
 pub fn build(
     ir: &SlurmJobIr,
     group_key: &str,
     cfg: &Config,
+    granted: &Granted,
     excluded_nodes: &[String],
 ) -> JobDescMsg {
     let j = &ir.job;
-    let mapped = priority_mapping(ir, cfg);
     JobDescMsg {
         flags: Some(vec![JobFlag::ExternalJob]),
         admin_comment: Some(admin_comment(ir, group_key).encode()),
         current_working_directory: Some(WORKING_DIRECTORY.to_string()),
         name: Some(j.job_name.clone().unwrap_or_else(|| default_job_name(ir))),
-        partition: j
+        partition: granted
             .partition
             .clone()
-            .or_else(|| mapped.and_then(|m| m.partition.clone()))
             .or_else(|| non_empty(&cfg.partition)),
         mcs_label: non_empty(&cfg.mcs_label),
-        account: j.account.clone(),
-        qos: j.qos.clone().or_else(|| mapped.and_then(|m| m.qos.clone())),
-        reservation: j.reservation.clone(),
+        account: granted.account.clone(),
+        qos: granted.qos.clone(),
+        reservation: granted.reservation.clone(),
         constraints: j.constraints.clone(),
         licenses: j.licenses.clone(),
-        wckey: j.wckey.clone(),
-        user_id: j.user_id.clone(),
-        group_id: j.group_id.clone(),
+        wckey: granted.wckey.clone(),
+        user_id: granted.user.clone(),
+        group_id: granted.group.clone(),
         nodes: Some(ir.node_count().to_string()),
         minimum_nodes: j.min_nodes,
         maximum_nodes: j.max_nodes,
@@ -88,10 +99,7 @@ pub fn build(
         memory_per_node: j.mem_per_node_mib.map(NoVal::Set),
         tres_per_node: j.gres.clone(),
         time_limit: j.time_limit_minutes.map(NoVal::Set),
-        priority: j
-            .priority
-            .or_else(|| mapped.and_then(|m| m.priority))
-            .map(NoVal::Set),
+        priority: granted.priority.map(NoVal::Set),
         shared: Some(if j.exclusive.unwrap_or(true) {
             vec![Shared::None]
         } else {
@@ -103,9 +111,19 @@ pub fn build(
 }
 
 impl Translation {
-    /// The job description for this translation's group.
-    pub fn to_job_desc(&self, cfg: &Config, excluded_nodes: &[String]) -> JobDescMsg {
-        build(&self.ir, &self.group_key, cfg, excluded_nodes)
+    /// What this group's authors asked of the policy fields ([`asked`]).
+    pub fn asked(&self, cfg: &Config) -> Asked {
+        asked(&self.ir, cfg)
+    }
+
+    /// The job description for this translation's group, with what its tenant `granted`.
+    pub fn to_job_desc(
+        &self,
+        cfg: &Config,
+        granted: &Granted,
+        excluded_nodes: &[String],
+    ) -> JobDescMsg {
+        build(&self.ir, &self.group_key, cfg, granted, excluded_nodes)
     }
 }
 
@@ -159,7 +177,12 @@ mod tests {
             gang: GangStatus::Complete,
             warnings: vec![],
         };
-        let v = serde_json::to_value(t.to_job_desc(&cfg(), &["n3".to_string()])).unwrap();
+        let v = serde_json::to_value(t.to_job_desc(
+            &cfg(),
+            &Granted::as_asked(&t.asked(&cfg())),
+            &["n3".to_string()],
+        ))
+        .unwrap();
         assert_eq!(
             v,
             json!({
@@ -193,7 +216,13 @@ mod tests {
                 ..Default::default()
             },
         };
-        let d = build(&ir, "g", &cfg(), &[]);
+        let d = build(
+            &ir,
+            "g",
+            &cfg(),
+            &Granted::as_asked(&asked(&ir, &cfg())),
+            &[],
+        );
         assert_eq!(d.partition.as_deref(), Some("debug"));
         assert_eq!(d.name.as_deref(), Some("ns/p"));
         assert_eq!(d.shared, Some(vec![]));
@@ -223,6 +252,10 @@ mod tests {
             root: ObjectRef::new("v1", "Pod", "ns", "p"),
             pods,
             job,
+        };
+        // Every ask granted, as under a tenant allowing all: this checks what is asked.
+        let build = |ir: &SlurmJobIr, g: &str, cfg: &Config, ex: &[String]| {
+            build(ir, g, cfg, &Granted::as_asked(&asked(ir, cfg)), ex)
         };
         // The highest-priority pod's class counts.
         let d = build(
@@ -280,7 +313,7 @@ mod tests {
             pods: vec![pod("p")],
             job: JobInfo::default(),
         };
-        let d = build(&ir, "g", &Config::default(), &[]);
+        let d = build(&ir, "g", &Config::default(), &Granted::default(), &[]);
         assert_eq!(d.partition, None);
         assert_eq!(d.name.as_deref(), Some("ns/p"), "the root's namespace/name");
         assert_eq!(d.mcs_label, None);

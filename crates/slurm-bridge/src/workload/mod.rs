@@ -321,7 +321,7 @@ mod translation_tests {
         assert_eq!(alone.ir.root, tr.ir.root);
         assert_eq!(alone.gang, GangStatus::Complete);
         assert_eq!(alone.nodes_needed(), 1);
-        let desc = alone.to_job_desc(&Default::default(), &[]);
+        let desc = alone.to_job_desc(&Default::default(), &Default::default(), &[]);
         assert_eq!(desc.nodes.as_deref(), Some("1"));
     }
 }

@@ -94,8 +94,18 @@ fn every_fixture_translates_alike_from_trimmed_objects() {
                     assert_eq!(a.gang_timeout, b.gang_timeout, "{name}");
                     assert_eq!(a.warnings, b.warnings, "{name}");
                     assert_eq!(
-                        serde_json::to_value(a.to_job_desc(&cfg, &[])).unwrap(),
-                        serde_json::to_value(b.to_job_desc(&cfg, &[])).unwrap(),
+                        serde_json::to_value(a.to_job_desc(
+                            &cfg,
+                            &crate::tenancy::Granted::as_asked(&a.asked(&cfg)),
+                            &[]
+                        ))
+                        .unwrap(),
+                        serde_json::to_value(b.to_job_desc(
+                            &cfg,
+                            &crate::tenancy::Granted::as_asked(&b.asked(&cfg)),
+                            &[]
+                        ))
+                        .unwrap(),
                         "{name}"
                     );
                 }

@@ -20,6 +20,15 @@ impl Controllers {
     /// Starts the controllers against `env`'s Slurm and Kubernetes with short intervals (job poll
     /// 200 ms, node listing 1 s, lost-node grace 3 s, resync 30 s), changed by `configure`.
     pub async fn start(env: &Env, configure: impl FnOnce(&mut ControllersOptions)) -> Controllers {
+        Self::start_with(env, super::rest_client(&env.slurm), configure).await
+    }
+
+    /// As [`Controllers::start`], talking to Slurm through `slurm` (another user's token, ...).
+    pub async fn start_with(
+        env: &Env,
+        slurm: slurm_rest::Client,
+        configure: impl FnOnce(&mut ControllersOptions),
+    ) -> Controllers {
         let mut opts = ControllersOptions::new(super::config(&env.slurm));
         opts.job_poll_interval = Duration::from_millis(200);
         opts.node_poll_interval = Duration::from_secs(1);
@@ -30,7 +39,7 @@ impl Controllers {
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let handle = controllers::run(
             env.kube.clone(),
-            super::rest_client(&env.slurm),
+            slurm,
             opts,
             &mut Registry::default(),
             watch::channel(true).1,

@@ -56,12 +56,20 @@ pub struct Env {
     pub handle: Option<SchedulerHandle>,
 }
 
+/// The suites' config. Their pods' authors may set every `slurmjob.*` key, as under the Go
+/// original (a `defaultTenant` allowing all): these suites test what Slurm does with what is
+/// asked; tenancy_e2e tests what a tenant allows.
 pub fn config(slurm: &slurm_testenv::Instance) -> Config {
     Config {
         scheduler_name: SCHEDULER.into(),
         slurm_rest_api: slurm.rest_url().into(),
         partition: "slurm-bridge".into(),
         mcs_label: String::new(),
+        default_tenant: Some(slurm_bridge::tenancy::Tenant {
+            name: "e2e".into(),
+            allow_annotations: slurm_bridge::tenancy::PolicyKey::ALL.into(),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -124,6 +124,8 @@ fn pod_json() -> Value {
 fn webhooks() -> Arc<Webhooks> {
     Arc::new(Webhooks {
         scheduler_name: BRIDGE.into(),
+        config: crate::config::Config::default(),
+        tenancy: crate::tenancy::Tenancy::new(&crate::config::Config::default(), None),
         namespaces: Namespaces::listed(&[MANAGED.to_string()]),
         metrics: AdmissionMetrics::unregistered(),
     })
@@ -131,5 +133,6 @@ fn webhooks() -> Arc<Webhooks> {
 
 mod mutation;
 mod reviews;
+mod tenancy;
 mod tls_server;
 mod validation;

@@ -225,6 +225,8 @@ async fn selector_table() {
     };
     let w = Webhooks {
         scheduler_name: BRIDGE.into(),
+        config: crate::config::Config::default(),
+        tenancy: crate::tenancy::Tenancy::new(&crate::config::Config::default(), None),
         namespaces: ns,
         metrics: AdmissionMetrics::unregistered(),
     };
@@ -243,6 +245,8 @@ async fn selector_table() {
     // Nil selector: managedNamespaces.
     let w = Webhooks {
         scheduler_name: BRIDGE.into(),
+        config: crate::config::Config::default(),
+        tenancy: crate::tenancy::Tenancy::new(&crate::config::Config::default(), None),
         namespaces: Namespaces::listed(&["web".to_string()]),
         metrics: AdmissionMetrics::unregistered(),
     };
@@ -326,6 +330,8 @@ async fn namespace_lookup_error_is_an_admission_error() {
     let (namespaces, _task) = Namespaces::start(&client, &[], Some(&selector));
     let w = Webhooks {
         scheduler_name: BRIDGE.into(),
+        config: crate::config::Config::default(),
+        tenancy: crate::tenancy::Tenancy::new(&crate::config::Config::default(), None),
         namespaces,
         metrics: AdmissionMetrics::unregistered(),
     };

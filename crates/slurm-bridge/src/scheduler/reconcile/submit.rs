@@ -11,6 +11,7 @@ use crate::scheduler::rejection;
 use crate::scheduler::runner::Action;
 use crate::slurm::WatchedJob;
 use crate::sync::MutexExt;
+use crate::tenancy::TenancyError;
 use crate::wellknown::LABEL_SLURM_JOBID;
 use crate::workload::Translation;
 use crate::workload::admin_comment::AdminComment;
@@ -92,13 +93,28 @@ pub(super) fn as_update(
     desc
 }
 
-/// The job description for the group, restricted to nodes Kubernetes can use for its pods and
-/// their volumes; `Err` carries the reason and a user message when too few nodes are feasible
-/// or the volumes are not ready.
-pub(super) fn job_desc<S: Slurm>(
+/// The job description for the group, as its tenant allows and restricted to nodes Kubernetes
+/// can use for its pods and their volumes; `Err` carries the reason and a user message when the
+/// tenant refuses what the authors asked, too few nodes are feasible or the volumes are not
+/// ready.
+pub(super) async fn job_desc<S: Slurm>(
     ctx: &Ctx<S>,
     tr: &Translation,
 ) -> Result<slurm_rest::models::JobDescMsg, (&'static str, String)> {
+    let granted = match ctx
+        .tenancy
+        .decide(&tr.ir.root.namespace, &tr.asked(&ctx.config))
+        .await
+    {
+        Ok(g) => g,
+        Err(TenancyError::Refused(r)) => {
+            return Err((
+                reason::NOT_ALLOWED_BY_TENANT,
+                format!("{r}; {} is not submitted to Slurm", tr.group_key),
+            ));
+        }
+        Err(TenancyError::Labels(e)) => return Err((reason::SCHEDULER_ERROR, e.to_string())),
+    };
     let placement = ctx.placement(&tr.ir.pods);
     let (feasible, excluded, rejections) =
         match super::volumes::restrict(ctx, &tr.ir.pods, &placement) {
@@ -138,7 +154,17 @@ pub(super) fn job_desc<S: Slurm>(
             ),
         ));
     }
-    Ok(tr.to_job_desc(&ctx.config, &excluded))
+    Ok(tr.to_job_desc(&ctx.config, &granted, &excluded))
+}
+
+/// When a group that cannot be described (yet) is looked at again: a tenant's refusal only when
+/// the pod changes (every change is a pass) or after a long while, the rest soon.
+pub(super) fn retry_after(why: &str) -> Duration {
+    if why == reason::NOT_ALLOWED_BY_TENANT {
+        rejection::RETRY_AFTER
+    } else {
+        Duration::from_secs(10)
+    }
 }
 
 /// Submits the group's external job: the description restricted to the feasible nodes (or the
@@ -150,11 +176,11 @@ pub(super) async fn submit<S: Slurm>(
     pod: &Pod,
     tr: &Translation,
 ) -> Result<Action, ReconcileError> {
-    let desc = match job_desc(ctx, tr) {
+    let desc = match job_desc(ctx, tr).await {
         Ok(d) => d,
         Err((why, message)) => {
             report(ctx, pod, why, &message);
-            return Ok(Action::requeue(Duration::from_secs(10)));
+            return Ok(Action::requeue(retry_after(why)));
         }
     };
     let hash = desc_hash(&as_update(desc.clone()));

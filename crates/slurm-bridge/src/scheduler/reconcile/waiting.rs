@@ -34,16 +34,17 @@ pub(super) async fn pending<S: Slurm>(
     tr: &Translation,
     job: &WatchedJob,
 ) -> Result<Action, ReconcileError> {
-    let desc = match job_desc(ctx, tr).map(as_update) {
+    let desc = match job_desc(ctx, tr).await.map(as_update) {
         Ok(desc) => desc,
         Err((why, message)) => {
             // Fewer nodes are usable now than the job needs (cordoned, tainted, NotReady, a
-            // volume gone...). The job is left as it is (Slurm may still run it where it was
+            // volume gone...), or the authors changed what they ask to something their tenant
+            // refuses. The job is left as it is (Slurm may still run it where and as it was
             // allowed to) and the pod says why it may wait.
             label_all(ctx, tr, job.job_id).await?;
             let message = format!("{message}; Slurm job {} stays pending", job.job_id);
             report(ctx, pod, why, &message);
-            return Ok(Action::requeue(Duration::from_secs(10)));
+            return Ok(Action::requeue(super::submit::retry_after(why)));
         }
     };
     let hash = desc_hash(&desc);

@@ -51,7 +51,7 @@ fn pods_per_node_packs_the_group_and_scales_per_node_resources() {
     assert_eq!(j.gres.as_deref(), Some("gres/gpu:gpu.example.com=4"));
     assert_eq!(t.ir.node_count(), 2);
     assert_eq!(t.nodes_needed(), 2);
-    let desc = t.to_job_desc(&Default::default(), &[]);
+    let desc = t.to_job_desc(&Default::default(), &Default::default(), &[]);
     assert_eq!(desc.nodes.as_deref(), Some("2"));
     // A pod the allocation leaves out gets a job for one pod: one task, its own memory and GPUs.
     let alone = t.alone(&t.ir.pods[2]);
