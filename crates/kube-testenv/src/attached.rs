@@ -45,6 +45,11 @@ impl Attached {
             .map_err(Error::io(format!("run {program}")))
     }
 
+    /// Imports an image archive into every kubelet node of the instance.
+    pub fn load_image(&self, archive: &std::path::Path) -> Result<()> {
+        crate::instance::load_image(&self.dir, self.meta.kubelet.as_ref(), archive)
+    }
+
     /// Stops the owner (`kube-testenv run`), which stops the daemons; forces it after 10 s.
     pub fn stop(self) -> Result<()> {
         kill(self.meta.owner.pid, libc::SIGTERM);

@@ -25,6 +25,10 @@ pub struct GoModule {
     /// `(folder in the module's source, folder in the cache)`: manifests (CRDs) copied next to
     /// the binaries at build time, so an instance needs only `bin/` and the pins decide both.
     pub(crate) manifests: &'static [(&'static str, &'static str)],
+    /// Build tags (`go build -tags`), empty for none.
+    pub(crate) tags: &'static str,
+    /// Build without cgo (`CGO_ENABLED=0`), as containerd's release builds its static binaries.
+    pub(crate) no_cgo: bool,
 }
 
 macro_rules! module_files {
@@ -66,6 +70,8 @@ pub const KUBERNETES: GoModule = GoModule {
     ldflags: KUBERNETES_LDFLAGS,
     expected_secs: 390,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
 };
 
 /// kube-scheduler, from the same module as [`KUBERNETES`] (so its build reuses their compiled
@@ -77,6 +83,45 @@ pub const KUBE_SCHEDULER: GoModule = GoModule {
     ldflags: KUBERNETES_LDFLAGS,
     expected_secs: 40,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
+};
+
+/// kubelet, from the same module as [`KUBERNETES`] (its build reuses their compiled packages):
+/// only for `up --kubelet-nodes` (real nodes).
+pub const KUBELET: GoModule = GoModule {
+    name: "kubelet",
+    files: KUBERNETES_FILES,
+    commands: &[("kubelet", "k8s.io/kubernetes/cmd/kubelet")],
+    ldflags: KUBERNETES_LDFLAGS,
+    expected_secs: 60,
+    manifests: &[],
+    tags: "",
+    no_cgo: false,
+};
+
+/// containerd 2.x (with NRI), its runc shim and `ctr`, built as containerd's release builds its
+/// static binaries (no cgo, no btrfs, devmapper or zfs snapshotters): the container runtime of
+/// the kubelet nodes. runc itself and the CNI plugins come from Debian's packages.
+pub const CONTAINERD: GoModule = GoModule {
+    name: "containerd",
+    files: module_files!("containerd": "go.mod", "go.sum", "tools.go"),
+    commands: &[
+        (
+            "containerd",
+            "github.com/containerd/containerd/v2/cmd/containerd",
+        ),
+        (
+            "containerd-shim-runc-v2",
+            "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        ),
+        ("ctr", "github.com/containerd/containerd/v2/cmd/ctr"),
+    ],
+    ldflags: "-s -w -X github.com/containerd/containerd/v2/version.Version=v2.4.2",
+    expected_secs: 120,
+    manifests: &[],
+    tags: "no_btrfs no_devmapper no_zfs",
+    no_cgo: true,
 };
 
 /// The etcd server from go.etcd.io/etcd/server/v3.
@@ -87,6 +132,8 @@ pub const ETCD: GoModule = GoModule {
     ldflags: "-s -w",
     expected_secs: 60,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
 };
 
 /// The JobSet controller manager (its main package is the module root).
@@ -97,6 +144,8 @@ pub const JOBSET: GoModule = GoModule {
     ldflags: "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=v0.12.0",
     expected_secs: 130,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
 };
 
 /// The LeaderWorkerSet controller manager.
@@ -107,6 +156,8 @@ pub const LWS: GoModule = GoModule {
     ldflags: "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0",
     expected_secs: 170,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
 };
 
 /// The Kubeflow Trainer controller manager (v2); its CRDs come from the module's
@@ -121,6 +172,8 @@ pub const TRAINER: GoModule = GoModule {
     ldflags: "-s -w",
     manifests: &[("manifests/base/crds", "crds")],
     expected_secs: 190,
+    tags: "",
+    no_cgo: false,
 };
 
 /// The Kueue controller manager; its CRDs come from the module's `config/components/crd/bases`.
@@ -131,6 +184,8 @@ pub const KUEUE: GoModule = GoModule {
     ldflags: "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=v0.17.0",
     manifests: &[("config/components/crd/bases", "crds")],
     expected_secs: 450,
+    tags: "",
+    no_cgo: false,
 };
 
 /// Helm 3, for the chart tests (`helm lint`, `helm template`, `helm install`). Its k8s.io
@@ -150,6 +205,8 @@ pub const HELM: GoModule = GoModule {
     ),
     expected_secs: 180,
     manifests: &[],
+    tags: "",
+    no_cgo: false,
 };
 
 /// The `helm` binary, built (once, cached) from [`HELM`].
@@ -221,14 +278,20 @@ impl GoModule {
             feed(from.as_bytes());
             feed(to.as_bytes());
         }
+        if !self.tags.is_empty() || self.no_cgo {
+            feed(self.tags.as_bytes());
+            feed(if self.no_cgo { b"cgo=0" } else { b"cgo=1" });
+        }
         format!("{h:016x}")
     }
 }
 
 /// Every tool `kube-testenv prepare` builds, by the name `--only` takes.
-pub const TOOLS: [(&str, &GoModule); 8] = [
+pub const TOOLS: [(&str, &GoModule); 10] = [
     ("kubernetes", &KUBERNETES),
     ("kube-scheduler", &KUBE_SCHEDULER),
+    ("kubelet", &KUBELET),
+    ("containerd", &CONTAINERD),
     ("etcd", &ETCD),
     ("jobset", &JOBSET),
     ("lws", &LWS),
@@ -437,6 +500,25 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_and_containerd_are_pinned() {
+        assert_eq!(KUBELET.pinned(), KUBERNETES.pinned());
+        assert_eq!(
+            CONTAINERD.pinned(),
+            "github.com/containerd/containerd/v2 v2.4.2"
+        );
+        assert!(
+            CONTAINERD
+                .ldflags
+                .ends_with(CONTAINERD.pinned().split(' ').nth(1).unwrap())
+        );
+        assert!(
+            KUBERNETES_FILES
+                .iter()
+                .any(|(_, text)| text.contains("k8s.io/kubernetes/cmd/kubelet"))
+        );
+    }
+
+    #[test]
     fn key_depends_on_go_version() {
         assert_ne!(ETCD.key("go1.26.8"), ETCD.key("go1.26.9"));
         assert_eq!(ETCD.key("go1.26.8"), ETCD.key("go1.26.8"));
@@ -458,6 +540,8 @@ mod tool_tests {
             [
                 "kubernetes",
                 "kube-scheduler",
+                "kubelet",
+                "containerd",
                 "etcd",
                 "jobset",
                 "lws",
@@ -474,7 +558,7 @@ mod tool_tests {
         assert!(
             err.contains("\"kube\"")
                 && err.contains(
-                    "kubernetes, kube-scheduler, etcd, jobset, lws, trainer, kueue, helm"
+                    "kubernetes, kube-scheduler, kubelet, containerd, etcd, jobset, lws, trainer, kueue, helm"
                 ),
             "{err}"
         );

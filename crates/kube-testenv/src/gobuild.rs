@@ -92,6 +92,12 @@ fn go_build(module: &GoModule, src: &Path, out: &Path, cache: &Path) -> Result<(
     let mut cmd = go(src, cache);
     cmd.args(["build", "-v"])
         .arg(format!("-ldflags={}", module.ldflags));
+    if !module.tags.is_empty() {
+        cmd.arg(format!("-tags={}", module.tags));
+    }
+    if module.no_cgo {
+        cmd.env("CGO_ENABLED", "0");
+    }
     match module.commands {
         [(binary, package)] => cmd.arg("-o").arg(out.join(binary)).arg(package),
         commands => cmd

@@ -4,6 +4,11 @@ use crate::pki;
 use base64::Engine;
 
 pub(crate) fn kubeconfig_yaml(server: &str, pki: &pki::Pki) -> String {
+    client_kubeconfig(server, &pki.ca_cert, &pki.admin_cert, &pki.admin_key)
+}
+
+/// A kubeconfig for the client certificate `cert` (PEM) with `key`.
+pub(crate) fn client_kubeconfig(server: &str, ca: &str, cert: &str, key: &str) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     format!(
         "apiVersion: v1
@@ -26,8 +31,8 @@ contexts:
     namespace: default
 current-context: kube-testenv
 ",
-        ca = b64(&pki.ca_cert),
-        cert = b64(&pki.admin_cert),
-        key = b64(&pki.admin_key),
+        ca = b64(ca),
+        cert = b64(cert),
+        key = b64(key),
     )
 }

@@ -31,6 +31,9 @@ pub(crate) struct Launcher {
     pub(crate) leader: Option<ProcId>,
     /// How each daemon was started (binary, arguments), to start it again (crate::faults).
     pub(crate) specs: Vec<(&'static str, PathBuf, Vec<String>)>,
+    /// `(instance name, slot)` when the instance runs kubelet nodes: the watchdog cleans up
+    /// after them too.
+    pub(crate) kubelet: Option<(String, u8)>,
 }
 
 impl Launcher {
@@ -83,12 +86,21 @@ impl Launcher {
     /// killed mid-run), so no daemon outlives its owner.
     fn spawn_watchdog(&mut self) -> Result<()> {
         // `kill -s KILL -- -PGID` is the POSIX form; dash (Debian's /bin/sh) rejects `-KILL --`.
-        let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -s KILL -- "-$2" 2>/dev/null; sleep 0.5; rm -rf --one-file-system "$3""#;
+        let script = format!(
+            r#"tail --pid="$1" -f /dev/null 2>/dev/null; kill -s KILL -- "-$2" 2>/dev/null; {}sleep 0.5; rm -rf --one-file-system "$3""#,
+            crate::realnodes::WATCHDOG_CLEANUP
+        );
+        let (name, slot) = match &self.kubelet {
+            Some((name, slot)) => (name.clone(), slot.to_string()),
+            None => (String::new(), String::new()),
+        };
         let child = Command::new("/bin/sh")
-            .args(["-c", script, "kube-testenv-watchdog"])
+            .args(["-c", &script, "kube-testenv-watchdog"])
             .arg(std::process::id().to_string())
             .arg(self.pgid.to_string())
             .arg(&self.dir)
+            .arg(name)
+            .arg(slot)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -256,7 +268,7 @@ pub(crate) fn nodes_ready_timeout(nodes: usize) -> Duration {
 }
 
 /// True when the node is Ready and free of the node lifecycle controller's taints.
-fn schedulable(n: &k8s_openapi::api::core::v1::Node) -> bool {
+pub(crate) fn schedulable(n: &k8s_openapi::api::core::v1::Node) -> bool {
     let ready = n
         .status
         .as_ref()

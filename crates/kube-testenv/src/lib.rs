@@ -25,6 +25,7 @@ mod launcher;
 pub mod paths;
 mod pki;
 mod ports;
+pub mod realnodes;
 mod workloads;
 
 pub use agent::NodeSpec;
@@ -34,6 +35,7 @@ pub use faults::Daemon;
 pub use instance::{
     FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
+pub use realnodes::IMAGE;
 
 /// Builds every binary an instance may need (kube-scheduler included; with `workloads`, the
 /// JobSet, LWS, Trainer and Kueue controllers too); returns their folders.

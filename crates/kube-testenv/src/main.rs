@@ -39,6 +39,10 @@ struct StartArgs {
     /// Also run Kueue (batch/job and pod integrations).
     #[arg(long)]
     kueue: bool,
+    /// Nodes node-1 .. node-N run a real kubelet and containerd (the others up to --nodes stay
+    /// simulated); `up` then also prints KUBE_TESTENV_IMAGE, an image on every such node.
+    #[arg(long, default_value_t = 0)]
+    kubelet_nodes: usize,
 }
 
 impl StartArgs {
@@ -64,6 +68,9 @@ impl StartArgs {
         if self.kueue {
             out.push("--kueue".into());
         }
+        if self.kubelet_nodes > 0 {
+            out.extend(["--kubelet-nodes".into(), self.kubelet_nodes.to_string()]);
+        }
         out
     }
 
@@ -76,6 +83,7 @@ impl StartArgs {
         opts.workload_controllers = self.workload_controllers;
         opts.trainer = self.trainer;
         opts.kueue = self.kueue;
+        opts.kubelet_nodes = self.kubelet_nodes;
         if let Some(f) = &self.nodes_file {
             let text = std::fs::read_to_string(f)
                 .map_err(|e| anyhow::anyhow!("read nodes file {}: {e}", f.display()))?;
@@ -112,13 +120,21 @@ enum Cmd {
     },
     /// Run an instance in the foreground until Ctrl-C or SIGTERM; prints `KUBECONFIG=<path>`.
     Run(StartArgs),
-    /// Build (or check) the cached Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet,
+    /// Import an image archive (docker or OCI tar) into every kubelet node of an instance.
+    LoadImage {
+        #[arg(long, default_value = "default")]
+        name: String,
+        /// The archive, e.g. target/slurm-bridge-image.tar from hack/build-image.sh.
+        archive: std::path::PathBuf,
+    },
+    /// Build (or check) the cached Kubernetes, kube-scheduler, kubelet, containerd, etcd, JobSet, LeaderWorkerSet,
     /// Trainer and Kueue binaries, and the chart tests' helm; `--only kubernetes,etcd` builds just
     /// those (what `up` without `--kube-scheduler`, `--workload-controllers`, `--trainer` or
     /// `--kueue` needs: the demo's set).
     Prepare {
-        /// Comma-separated tools: kubernetes, kube-scheduler, etcd, jobset, lws, trainer, kueue,
-        /// helm (default: all).
+        /// Comma-separated tools: kubernetes, kube-scheduler, kubelet, containerd, etcd, jobset,
+        /// lws, trainer, kueue, helm (default: all; kubelet or containerd also install runc and
+        /// the CNI plugins and build the test image).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
@@ -172,8 +188,28 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => foreground(&args),
+        Cmd::LoadImage { name, archive } => {
+            Attached::find(&name)?.load_image(&archive)?;
+            eprintln!(
+                "kube-testenv: {} imported into the kubelet nodes of {name:?}",
+                archive.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Prepare { only } => {
             let tools = kube_testenv::binaries::tools(&only)?;
+            if tools
+                .iter()
+                .any(|(t, _)| *t == "kubelet" || *t == "containerd")
+            {
+                kube_testenv::realnodes::host::ensure_packages()?;
+                let image = kube_testenv::realnodes::host::image_archive()?;
+                eprintln!(
+                    "kube-testenv: test image {} ready in {}",
+                    kube_testenv::IMAGE,
+                    image.display()
+                );
+            }
             for dir in kube_testenv::binaries::prepare_tools(&tools)? {
                 eprintln!("kube-testenv: binaries ready in {}", dir.display());
             }
@@ -204,10 +240,14 @@ fn up(args: &StartArgs) -> anyhow::Result<ExitCode> {
         log.display()
     );
     let stdout = child.stdout.take().expect("piped stdout");
+    // `run` prints KUBE_TESTENV_IMAGE (with kubelet nodes) before KUBECONFIG, its last line.
+    let mut lines = String::new();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
+        lines.push_str(&line);
+        lines.push('\n');
         if line.starts_with("KUBECONFIG=") {
-            print!("{}", slurm_testenv::shell::exports(&line));
+            print!("{}", slurm_testenv::shell::exports(&lines));
             return Ok(ExitCode::SUCCESS);
         }
     }

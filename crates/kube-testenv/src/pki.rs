@@ -28,6 +28,9 @@ pub struct Pki {
     /// Service-account token signing key (ECDSA P-256, PKCS#8) and its public half.
     pub sa_key: String,
     pub sa_pub: String,
+    /// Client certificates of kubelets, `(node, certificate, key)`: CN `system:node:<node>`,
+    /// O `system:nodes`, as the Node authorizer expects.
+    pub nodes: Vec<(String, String, String)>,
 }
 
 fn pki_err(what: &'static str) -> impl Fn(rcgen::Error) -> Error {
@@ -46,8 +49,9 @@ fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     dn
 }
 
-/// Generates a fresh CA and everything signed by it.
-pub fn generate() -> Result<Pki> {
+/// Generates a fresh CA and everything signed by it, with a kubelet client certificate for
+/// each of `nodes`.
+pub fn generate(nodes: &[String]) -> Result<Pki> {
     let ca_key = KeyPair::generate().map_err(pki_err("CA key"))?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki_err("CA"))?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -87,6 +91,20 @@ pub fn generate() -> Result<Pki> {
         .signed_by(&admin_key, &issuer)
         .map_err(pki_err("admin certificate"))?;
 
+    let mut node_certs = Vec::new();
+    for node in nodes {
+        let key = KeyPair::generate().map_err(pki_err("kubelet key"))?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(pki_err("kubelet"))?;
+        params.distinguished_name = dn(&format!("system:node:{node}"), Some("system:nodes"));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let cert = params
+            .signed_by(&key, &issuer)
+            .map_err(pki_err("kubelet certificate"))?;
+        node_certs.push((node.clone(), cert.pem(), key.serialize_pem()));
+    }
+
     let sa = KeyPair::generate().map_err(pki_err("service-account key"))?;
     Ok(Pki {
         ca_cert: ca_cert.pem(),
@@ -96,6 +114,7 @@ pub fn generate() -> Result<Pki> {
         admin_key: admin_key.serialize_pem(),
         sa_key: sa.serialize_pem(),
         sa_pub: sa.public_key_pem(),
+        nodes: node_certs,
     })
 }
 
@@ -105,7 +124,9 @@ mod tests {
 
     #[test]
     fn generates_distinct_pem_material() {
-        let pki = generate().unwrap();
+        let pki = generate(&["node-1".to_string()]).unwrap();
+        assert_eq!(pki.nodes.len(), 1);
+        assert_ne!(pki.nodes[0].1, pki.admin_cert);
         assert!(pki.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(pki.admin_key.contains("PRIVATE KEY"));
         assert!(pki.sa_pub.contains("PUBLIC KEY"));

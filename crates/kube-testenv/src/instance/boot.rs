@@ -3,11 +3,14 @@
 //! node agent; and the ports each daemon gets.
 
 use super::state::{read_meta, write_file, write_meta};
-use super::{FEATURE_GATES, Instance, InstanceOptions, RUNTIME_CONFIG, SERVICE_CIDR, client_for};
-use crate::agent::{self, AgentHandle, AgentOptions};
+use super::{
+    FEATURE_GATES, Instance, InstanceOptions, KubeletMeta, RUNTIME_CONFIG, SERVICE_CIDR, client_for,
+};
+use crate::agent::{self, AgentHandle, AgentOptions, NodeSpec};
 use crate::error::{Error, Result};
 use crate::kubeconfig::kubeconfig_yaml;
 use crate::launcher::{Launcher, Probe, http_get_plain, wait_nodes_schedulable};
+use crate::realnodes;
 use crate::{crds, pki};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,12 +81,17 @@ impl Instance {
         ports: &Ports,
         server: &str,
         launcher: &mut Launcher,
+        real: Option<(&realnodes::Binaries, &KubeletMeta)>,
     ) -> Result<(kube::Client, AgentHandle)> {
         let kube_bin = &bins[0];
-        let pki = pki::generate()?;
+        let kubelet_names = real.map(|(_, k)| k.nodes.clone()).unwrap_or_default();
+        let pki = pki::generate(&kubelet_names)?;
         let p = dir.join("pki");
         for (file, text, mode) in [
             ("ca.crt", &pki.ca_cert, 0o644),
+            // kube-apiserver's client certificate towards kubelets (logs, exec).
+            ("admin.crt", &pki.admin_cert, 0o644),
+            ("admin.key", &pki.admin_key, 0o600),
             ("serving.crt", &pki.serving_cert, 0o644),
             ("serving.key", &pki.serving_key, 0o600),
             ("sa.key", &pki.sa_key, 0o600),
@@ -142,6 +150,10 @@ impl Instance {
             "--allow-privileged=true".into(),
             format!("--profiling={}", opts.profiling),
             format!("--cert-dir={}", dir.join("pki").display()),
+            // kubectl logs/exec: the kubelet nodes' addresses are not names anyone resolves.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            format!("--kubelet-client-certificate={}", pkis("admin.crt")),
+            format!("--kubelet-client-key={}", pkis("admin.key")),
         ];
         if is_large(opts) {
             // New nodes get no not-ready taint that the controller manager would have to lift
@@ -262,14 +274,71 @@ impl Instance {
             })
             .await?;
 
+        // node-1 .. node-N are the kubelets'; the agent serves the others.
+        let (kubelet_specs, simulated): (Vec<NodeSpec>, Vec<NodeSpec>) = opts
+            .nodes
+            .iter()
+            .cloned()
+            .partition(|n| kubelet_names.contains(&n.name));
+        let kubelet_specs: Vec<NodeSpec> = kubelet_names
+            .iter()
+            .map(|name| {
+                kubelet_specs
+                    .iter()
+                    .find(|n| n.name == *name)
+                    .cloned()
+                    .unwrap_or_else(|| NodeSpec {
+                        name: name.clone(),
+                        ..Default::default()
+                    })
+            })
+            .collect();
+        if let Some((real_bins, k)) = real {
+            realnodes::start(
+                launcher,
+                real_bins,
+                dir,
+                &read_meta(dir).map(|m| m.name).unwrap_or_default(),
+                k.slot,
+                &kubelet_specs,
+                &pki,
+                server,
+            )
+            .await?;
+        }
         let agent_opts = AgentOptions {
             node_monitor_grace_period: node_monitor_grace_period(opts),
             ..AgentOptions::default()
         };
-        let agent = agent::start(client.clone(), opts.nodes.clone(), agent_opts)
+        let agent = agent::start(client.clone(), simulated.clone(), agent_opts)
             .await
             .map_err(|e| Error::Agent(e.to_string()))?;
-        wait_nodes_schedulable(&client, &opts.nodes).await?;
+        if !kubelet_specs.is_empty() {
+            // A kubelet that exits says why at once (its log's tail), rather than at the end of
+            // the nodes' wait.
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+            let names = kubelet_names.clone();
+            launcher
+                .wait_until_async("kubelet-node-1", || {
+                    let nodes = nodes.clone();
+                    let names = names.clone();
+                    async move {
+                        for n in &names {
+                            let Ok(Some(node)) = nodes.get_opt(n).await else {
+                                return false;
+                            };
+                            if !crate::launcher::schedulable(&node) {
+                                return false;
+                            }
+                        }
+                        true
+                    }
+                })
+                .await?;
+        }
+        let mut all = simulated;
+        all.extend(kubelet_specs);
+        wait_nodes_schedulable(&client, &all).await?;
         Ok((client, agent))
     }
 }

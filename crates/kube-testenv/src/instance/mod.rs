@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::launcher::{Launcher, wait_nodes_schedulable};
 use crate::paths::run_dir;
 use crate::ports;
+use crate::realnodes;
 use slurm_testenv::process::ProcId;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ mod state;
 
 use boot::Ports;
 use state::write_meta;
-pub(crate) use state::{Meta, kill_group, owner_gone, read_meta, reap};
+pub(crate) use state::{KubeletMeta, Meta, kill_group, owner_gone, read_meta, reap};
 pub use state::{sweep_stale, validate_name};
 
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -63,6 +64,11 @@ pub struct InstanceOptions {
     /// Serve kube-apiserver's `/debug/pprof` (its `--profiling`), for a benchmark that profiles
     /// the API server; off otherwise, as it serves nothing a test needs.
     pub profiling: bool,
+    /// Nodes `node-1` .. `node-N` run a real kubelet with its own containerd (runc, CNI bridge
+    /// networking) instead of being simulated by the agent; their labels and taints come from
+    /// `nodes` when it names them (capacity is the host's). The image [`crate::IMAGE`] is on
+    /// each. At most [`crate::realnodes::MAX_KUBELET_NODES`].
+    pub kubelet_nodes: usize,
 }
 
 impl InstanceOptions {
@@ -86,6 +92,8 @@ pub struct Instance {
     pub(crate) launcher: Launcher,
     agent: Option<AgentHandle>,
     startup: Duration,
+    /// The kubelet nodes' slot and names, when there are some.
+    kubelet: Option<KubeletMeta>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -111,6 +119,22 @@ impl Instance {
         let want_workloads = opts.workload_controllers;
         let (want_trainer, want_kueue) = (opts.trainer, opts.kueue);
         let want_scheduler = opts.kube_scheduler;
+        if opts.kubelet_nodes > realnodes::MAX_KUBELET_NODES {
+            return Err(Error::Invalid(format!(
+                "--kubelet-nodes {}: at most {} kubelet nodes per instance",
+                opts.kubelet_nodes,
+                realnodes::MAX_KUBELET_NODES
+            )));
+        }
+        let real = if opts.kubelet_nodes > 0 {
+            Some(
+                tokio::task::spawn_blocking(realnodes::prepare)
+                    .await
+                    .map_err(|e| Error::Invalid(format!("build task: {e}")))??,
+            )
+        } else {
+            None
+        };
         let bins = tokio::task::spawn_blocking(move || -> Result<Vec<PathBuf>> {
             // Fixed slots: [kubernetes, etcd, jobset, lws, trainer, kueue, kube-scheduler];
             // unused ones empty.
@@ -158,6 +182,20 @@ impl Instance {
                 fs::create_dir_all(dir.join(sub))
                     .map_err(Error::io(format!("create {}", dir.display())))?;
             }
+            let kubelet = match &real {
+                Some(real) => {
+                    let taken: Vec<u8> = state::live_instances()
+                        .into_iter()
+                        .filter_map(|(_, s)| s)
+                        .collect();
+                    Some(KubeletMeta {
+                        slot: realnodes::free_slot(&taken)?,
+                        nodes: realnodes::names(opts.kubelet_nodes),
+                        containerd_bin: real.containerd.clone(),
+                    })
+                }
+                None => None,
+            };
             write_meta(
                 &dir,
                 &Meta {
@@ -167,10 +205,12 @@ impl Instance {
                     leader: None,
                     ports: Ports::named(p),
                     bin_dir: bins[0].clone(),
+                    kubelet: kubelet.clone(),
                 },
             )?;
-            Ok(p.to_vec())
+            Ok((p.to_vec(), kubelet))
         })?;
+        let (port_list, kubelet) = port_list;
         let ports = Ports::new(&port_list);
         let server = format!("https://127.0.0.1:{}", ports.apiserver);
         let mut launcher = Launcher {
@@ -179,8 +219,19 @@ impl Instance {
             pgid: 0,
             leader: None,
             specs: Vec::new(),
+            kubelet: kubelet.as_ref().map(|k| (name.clone(), k.slot)),
         };
-        match Self::boot(&opts, &bins, &dir, &ports, &server, &mut launcher).await {
+        let booted = Self::boot(
+            &opts,
+            &bins,
+            &dir,
+            &ports,
+            &server,
+            &mut launcher,
+            real.as_ref().zip(kubelet.as_ref()),
+        )
+        .await;
+        match booted {
             Ok((client, agent)) => {
                 let instance = Instance {
                     name,
@@ -191,6 +242,7 @@ impl Instance {
                     launcher,
                     agent: Some(agent),
                     startup: started_after_build.elapsed(),
+                    kubelet,
                 };
                 tracing::info!(
                     instance = %instance.name,
@@ -202,6 +254,9 @@ impl Instance {
             }
             Err(e) => {
                 launcher.kill_all();
+                if kubelet.is_some() {
+                    realnodes::cleanup(&dir, &name, kubelet.as_ref().map(|k| k.slot));
+                }
                 let _ = fs::remove_dir_all(&dir);
                 Err(e)
             }
@@ -310,9 +365,29 @@ impl Instance {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// `KUBECONFIG=...` as `up` prints it.
+    /// `KUBECONFIG=...` as `up` prints it (and `KUBE_TESTENV_IMAGE=...` with kubelet nodes).
     pub fn env_lines(&self) -> String {
         env_lines(&self.dir)
+    }
+
+    /// The image present on every kubelet node ([`crate::IMAGE`], busybox), when the instance
+    /// has kubelet nodes.
+    pub fn image(&self) -> Option<&'static str> {
+        self.kubelet.as_ref().map(|_| realnodes::IMAGE)
+    }
+
+    /// The kubelet nodes (`node-1` .. `node-N`); empty without.
+    pub fn kubelet_nodes(&self) -> Vec<String> {
+        self.kubelet
+            .as_ref()
+            .map(|k| k.nodes.clone())
+            .unwrap_or_default()
+    }
+
+    /// Imports an image archive (docker `save` or OCI layout tar, as hack/build-image.sh writes)
+    /// into every kubelet node's containerd, under the names the archive gives.
+    pub fn load_image(&self, archive: &Path) -> Result<()> {
+        load_image(&self.dir, self.kubelet.as_ref(), archive)
     }
 
     fn shutdown(&mut self) {
@@ -323,6 +398,9 @@ impl Instance {
             eprintln!("kube-testenv: instance {}: {e}", self.name);
         }
         self.launcher.kill_all();
+        if let Some(k) = &self.kubelet {
+            realnodes::cleanup(&self.dir, &self.name, Some(k.slot));
+        }
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
@@ -333,8 +411,35 @@ impl Drop for Instance {
     }
 }
 
+/// The lines `up` prints: `KUBE_TESTENV_IMAGE` first when the instance has kubelet nodes, then
+/// `KUBECONFIG` (which `up` waits for).
 pub(crate) fn env_lines(dir: &Path) -> String {
-    format!("KUBECONFIG={}\n", dir.join("kubeconfig").display())
+    let image = match read_meta(dir).and_then(|m| m.kubelet) {
+        Some(_) => format!("KUBE_TESTENV_IMAGE={}\n", realnodes::IMAGE),
+        None => String::new(),
+    };
+    format!("{image}KUBECONFIG={}\n", dir.join("kubeconfig").display())
+}
+
+/// Imports `archive` into each kubelet node's containerd.
+pub(crate) fn load_image(dir: &Path, kubelet: Option<&KubeletMeta>, archive: &Path) -> Result<()> {
+    let k = kubelet.ok_or_else(|| {
+        Error::Invalid("the instance has no kubelet nodes to load an image onto".into())
+    })?;
+    if !archive.is_file() {
+        return Err(Error::Invalid(format!(
+            "no image archive at {}",
+            archive.display()
+        )));
+    }
+    for node in &k.nodes {
+        realnodes::import_image(
+            &k.containerd_bin.join("ctr"),
+            &dir.join("nodes").join(node).join("containerd.sock"),
+            archive,
+        )?;
+    }
+    Ok(())
 }
 
 /// A client for the kubeconfig at `path`.

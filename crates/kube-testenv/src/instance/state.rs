@@ -24,6 +24,20 @@ pub(crate) struct Meta {
     pub(crate) leader: Option<ProcId>,
     pub(crate) ports: BTreeMap<String, u16>,
     pub(crate) bin_dir: PathBuf,
+    /// The kubelet nodes, when the instance has some.
+    #[serde(default)]
+    pub(crate) kubelet: Option<KubeletMeta>,
+}
+
+/// What an instance's kubelet nodes hold on the host, for `load-image` and the cleanup.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct KubeletMeta {
+    /// Its slot: addresses and link names (crate::realnodes).
+    pub(crate) slot: u8,
+    /// The kubelet nodes (`node-1` .. `node-N`).
+    pub(crate) nodes: Vec<String>,
+    /// The folder of `containerd` and `ctr`.
+    pub(crate) containerd_bin: PathBuf,
 }
 
 /// Checks an instance name: 1-40 characters from `[A-Za-z0-9_-]` (it names a folder and files).
@@ -84,7 +98,24 @@ pub(crate) fn reap(dir: &Path, meta: Option<&Meta>) {
     if let Some(m) = meta {
         kill_group(m.pgid, m.leader);
     }
+    if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
+        let slot = meta.and_then(|m| m.kubelet.as_ref()).map(|k| k.slot);
+        crate::realnodes::cleanup(dir, name, slot);
+    }
     let _ = fs::remove_dir_all(dir);
+}
+
+/// The instances running now: name and kubelet slot of each folder whose owner lives.
+pub(crate) fn live_instances() -> Vec<(String, Option<u8>)> {
+    let Ok(entries) = fs::read_dir(run_dir()) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| read_meta(&e.path()))
+        .filter(|m| !owner_gone(m))
+        .map(|m| (m.name.clone(), m.kubelet.as_ref().map(|k| k.slot)))
+        .collect()
 }
 
 /// True when the instance's owner has surely ended. This process's own instances are never
@@ -120,6 +151,9 @@ pub fn sweep_stale() {
             }
         }
     }
+    // What kubelet nodes left when their folder was removed without the cleanup (the
+    // watchdog does it too, but a crash of the whole machine's processes may not).
+    crate::realnodes::sweep_orphans(&live_instances());
 }
 
 #[cfg(test)]
@@ -144,6 +178,7 @@ mod tests {
             leader: None,
             ports: BTreeMap::new(),
             bin_dir: PathBuf::new(),
+            kubelet: None,
         }
     }
 
