@@ -420,3 +420,58 @@ fn invalid_inputs_fail_naming_object_and_problem() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_tenant_decides_what_the_job_gets_and_refusals_are_errors() {
+    let dir = std::env::temp_dir().join(format!("translate-tenants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |tenants: &str| {
+        let cfg = dir.join("config.yaml");
+        std::fs::write(
+            &cfg,
+            format!("schedulerName: slurm-bridge-scheduler\npartition: slurm-bridge\n{tenants}"),
+        )
+        .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_slurm-bridge"))
+            .args(["translate", "-f", &fixture("job-single.yaml"), "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap()
+    };
+    // The Job asks for account physics and QoS normal: within this tenant, which adds its user.
+    let out = run(
+        "tenants: [{name: physics, namespaces: [slurm-bridge], account: physics, user: phys, qos: [normal, high]}]\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let g: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(job(&g)["account"], "physics");
+    assert_eq!(job(&g)["qos"], "normal");
+    assert_eq!(job(&g)["user_id"], "phys");
+    // Another account: refused, named, nothing printed for the group.
+    let out = run("tenants: [{name: bio, namespaces: [slurm-bridge], account: bio}]\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr.contains("error: group job/slurm-bridge/job-sleep-single")
+            && stderr.contains(": in namespace \"slurm-bridge\" (tenant \"bio\") annotation slurmjob.slinky.slurm.net/account=\"physics\" is not allowed (accepted: only \"bio\", the tenant's own)")
+            && stderr.contains("the scheduler would not submit it"),
+        "{stderr}"
+    );
+    // No tenants at all: the implicit tenant refuses every policy key.
+    let out = run("");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("(tenant \"(default)\")"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
