@@ -120,6 +120,26 @@ async fn managed_pods_go_through_slurm_and_forged_labels_are_refused() {
         "{err}"
     );
 
+    // A pod asking to run as another Slurm user (the Go original submitted it as UserId=4242):
+    // no tenant lets its author choose, so it is refused naming the key and the namespace.
+    let err = pods
+        .create(
+            &PostParams::default(),
+            &plain_pod(
+                "as-4242",
+                MANAGED_NS,
+                json!({"metadata": {"annotations": {"slurmjob.slinky.slurm.net/user-id": "4242"}}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "in namespace \"{MANAGED_NS}\" (tenant \"(default)\") annotation slurmjob.slinky.slurm.net/user-id=\"4242\" is not allowed"
+        )),
+        "{err}"
+    );
+
     // A running pod's jobid label cannot change.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
