@@ -20,16 +20,29 @@ pub struct ConfParams {
     /// Nodes run by a real slurmd: name and the port its slurmd listens on.
     pub slurmd_nodes: Vec<(String, u16)>,
     pub policy: Policy,
+    /// The port of the instance's slurmdbd when it runs with accounting: slurm.conf then stores
+    /// accounting there, enforces associations, limits and QoS, and prioritises by fairshare.
+    pub slurmdbd_port: Option<u16>,
 }
+
+/// How long usage takes to decay to half (`PriorityDecayHalfLife`): short, so fairshare tests
+/// see usage matter and fade within minutes.
+pub const PRIORITY_DECAY_HALF_LIFE: &str = "0-00:01:00";
+/// `PriorityCalcPeriod` in minutes: how often usage and fairshare are recomputed. One minute is
+/// the least Slurm takes (it counts whole minutes; less is refused).
+pub const PRIORITY_CALC_PERIOD_MINUTES: u32 = 1;
 
 /// Scheduling policy knobs of an instance: preemption, more partitions, licenses, raw lines.
 ///
-/// QoS-based preemption (`preempt/qos`) needs QoS records, which live in slurmdbd's database;
-/// slurm-testenv runs no slurmdbd, so preemption here is by partition priority tier.
+/// QoS-based preemption ([`PreemptType::Qos`]) needs QoS records, which live in slurmdbd's
+/// database: only instances started with accounting offer it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// `PreemptType=preempt/partition_prio` with this `PreemptMode`; `None`: no preemption.
+    /// `PreemptType` (by [`Policy::preempt_type`]) with this `PreemptMode`; `None`: no preemption.
     pub preempt: Option<PreemptMode>,
+    /// What decides who preempts whom: partition priority tiers (the default) or QoS (needs
+    /// accounting). Used only with [`Policy::preempt`].
+    pub preempt_type: PreemptType,
     /// Partitions over the same nodes as `slurm-bridge` (the `slurm-bridge` node set), each
     /// with its own priority tier (`slurm-bridge` has tier 1).
     pub partitions: Vec<Partition>,
@@ -49,6 +62,26 @@ pub enum PreemptMode {
     Requeue,
     /// The job is cancelled.
     Cancel,
+}
+
+/// What decides preemption (`PreemptType`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PreemptType {
+    /// `preempt/partition_prio`: a job in a partition of a higher `PriorityTier` preempts.
+    #[default]
+    PartitionPrio,
+    /// `preempt/qos`: a job whose QoS lists another in `Preempt=` preempts jobs of that QoS
+    /// (`sacctmgr add qos high Preempt=normal`); needs an instance with accounting.
+    Qos,
+}
+
+impl PreemptType {
+    fn conf(self) -> &'static str {
+        match self {
+            PreemptType::PartitionPrio => "preempt/partition_prio",
+            PreemptType::Qos => "preempt/qos",
+        }
+    }
 }
 
 impl PreemptMode {
@@ -123,8 +156,27 @@ ReturnToService=2
     );
     let pol = &p.policy;
     if let Some(mode) = pol.preempt {
-        text.push_str("PreemptType=preempt/partition_prio\n");
+        text.push_str(&format!("PreemptType={}\n", pol.preempt_type.conf()));
         text.push_str(&format!("PreemptMode={}\n", mode.conf()));
+    }
+    if let Some(port) = p.slurmdbd_port {
+        text.push_str(&format!(
+            "AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={port}
+AccountingStorageEnforce=associations,limits,qos,safe
+AccountingStorageTRES=gres/gpu
+JobCompType=jobcomp/none
+PriorityType=priority/multifactor
+PriorityWeightFairshare=100000
+PriorityWeightQOS=10000
+PriorityWeightAge=1000
+PriorityWeightPartition=1000
+PriorityWeightJobSize=0
+PriorityDecayHalfLife={PRIORITY_DECAY_HALF_LIFE}
+PriorityCalcPeriod={PRIORITY_CALC_PERIOD_MINUTES}
+"
+        ));
     }
     if let Some(mb) = pol.def_mem_per_cpu_mb {
         text.push_str(&format!("DefMemPerCPU={mb}\n"));
@@ -179,6 +231,7 @@ mod tests {
             max_node_count: 5000,
             slurmd_nodes: Vec::new(),
             policy: Policy::default(),
+            slurmdbd_port: None,
         }
     }
 
@@ -193,6 +246,24 @@ mod tests {
         assert!(!text.contains("NodeName="));
         assert!(!text.contains("Preempt"));
         assert!(!text.contains("Licenses="));
+        assert!(!text.contains("Accounting"));
+        assert!(!text.contains("PriorityType"));
+    }
+
+    #[test]
+    fn renders_accounting_and_qos_preemption() {
+        let mut p = params();
+        p.slurmdbd_port = Some(7009);
+        p.policy.preempt = Some(PreemptMode::Requeue);
+        p.policy.preempt_type = PreemptType::Qos;
+        let text = render(&p);
+        assert!(text.contains("AccountingStorageType=accounting_storage/slurmdbd\n"));
+        assert!(text.contains("AccountingStoragePort=7009\n"));
+        assert!(text.contains("AccountingStorageEnforce=associations,limits,qos,safe\n"));
+        assert!(text.contains("PriorityType=priority/multifactor\n"));
+        assert!(text.contains("PriorityWeightFairshare=100000\n"));
+        assert!(text.contains("PriorityCalcPeriod=1\n"));
+        assert!(text.contains("PreemptType=preempt/qos\nPreemptMode=REQUEUE\n"));
     }
 
     #[test]
@@ -201,6 +272,7 @@ mod tests {
         p.slurmd_nodes = vec![("node-1".into(), 9001), ("node-2".into(), 9002)];
         p.policy = Policy {
             preempt: Some(PreemptMode::Requeue),
+            preempt_type: PreemptType::PartitionPrio,
             partitions: vec![Partition::new("high", 10)],
             licenses: vec![("lic".into(), 2), ("fluent".into(), 4)],
             def_mem_per_cpu_mb: Some(1000),

@@ -63,6 +63,14 @@ pub enum Error {
     #[error("no slurmd-run node {node:?} in this instance (its slurmd nodes: {nodes:?})")]
     NoSuchNode { node: String, nodes: Vec<String> },
 
+    #[error(
+        "{what} needs an instance with accounting (`--accounting`, InstanceOptions::accounting)"
+    )]
+    NeedsAccounting { what: &'static str },
+
+    #[error("cannot add the Unix user or group: {what}")]
+    UnixUser { what: String },
+
     #[error("`{command}` exited with {status}: {stderr}")]
     CommandFailed {
         command: String,

@@ -16,6 +16,7 @@
 //! # Ok::<(), slurm_testenv::Error>(())
 //! ```
 
+pub mod accounting;
 pub mod conf;
 mod error;
 mod http;

@@ -1,7 +1,7 @@
 //! `slurm-testenv`: start, inspect and stop real Slurm instances from the shell.
 
 use clap::{Args, Parser, Subcommand};
-use slurm_testenv::conf::{Partition, Policy, PreemptMode};
+use slurm_testenv::conf::{Partition, Policy, PreemptMode, PreemptType};
 use slurm_testenv::{Daemon, Instance, InstanceOptions};
 use std::process::ExitCode;
 
@@ -83,9 +83,14 @@ struct Shape {
     /// External nodes (8 CPUs, 16000 MB, feature slurm-bridge), numbered after the slurmd nodes.
     #[arg(long, default_value_t = 0)]
     nodes: u32,
-    /// Preemption by partition priority tier: `requeue` or `cancel` (PreemptMode).
+    /// Preemption by partition priority tier (`requeue` or `cancel`: PreemptMode), or by QoS
+    /// (`qos`: preempt/qos with PreemptMode=REQUEUE, `qos-cancel`; needs --accounting).
     #[arg(long, value_parser = parse_preempt)]
-    preempt: Option<PreemptMode>,
+    preempt: Option<(PreemptType, PreemptMode)>,
+    /// Slurm accounting: MariaDB and slurmdbd with the instance, associations, limits and QoS
+    /// enforced, multifactor priority with fairshare; the cluster, account root and user root registered.
+    #[arg(long)]
+    accounting: bool,
     /// One more partition over the same nodes, as NAME:PRIORITY_TIER (slurm-bridge has tier 1); repeatable.
     #[arg(long = "partition", value_parser = parse_partition)]
     partitions: Vec<Partition>,
@@ -103,8 +108,10 @@ impl Shape {
             name: Some(name),
             nodes: self.nodes,
             slurmd_nodes: self.slurmd_nodes,
+            accounting: self.accounting,
             policy: Policy {
-                preempt: self.preempt,
+                preempt: self.preempt.map(|(_, mode)| mode),
+                preempt_type: self.preempt.map(|(t, _)| t).unwrap_or_default(),
                 partitions: self.partitions,
                 licenses: self.licenses,
                 def_mem_per_cpu_mb: self.def_mem_per_cpu,
@@ -116,11 +123,15 @@ impl Shape {
     }
 }
 
-fn parse_preempt(s: &str) -> Result<PreemptMode, String> {
+fn parse_preempt(s: &str) -> Result<(PreemptType, PreemptMode), String> {
     match s.to_ascii_lowercase().as_str() {
-        "requeue" => Ok(PreemptMode::Requeue),
-        "cancel" => Ok(PreemptMode::Cancel),
-        _ => Err(format!("{s:?}: expected `requeue` or `cancel`")),
+        "requeue" => Ok((PreemptType::PartitionPrio, PreemptMode::Requeue)),
+        "cancel" => Ok((PreemptType::PartitionPrio, PreemptMode::Cancel)),
+        "qos" | "qos-requeue" => Ok((PreemptType::Qos, PreemptMode::Requeue)),
+        "qos-cancel" => Ok((PreemptType::Qos, PreemptMode::Cancel)),
+        _ => Err(format!(
+            "{s:?}: expected `requeue`, `cancel`, `qos` or `qos-cancel`"
+        )),
     }
 }
 
@@ -175,8 +186,14 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
     match cmd {
         Cmd::Up { name, shape } => {
             eprintln!(
-                "slurm-testenv: starting instance {name:?} with {} slurmd node(s) and {} external node(s)",
-                shape.slurmd_nodes, shape.nodes
+                "slurm-testenv: starting instance {name:?} with {} slurmd node(s) and {} external node(s){}",
+                shape.slurmd_nodes,
+                shape.nodes,
+                if shape.accounting {
+                    ", with accounting"
+                } else {
+                    ""
+                }
             );
             let started = std::time::Instant::now();
             let inst = Instance::start(shape.options(name, true))?;

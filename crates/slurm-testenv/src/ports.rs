@@ -130,11 +130,24 @@ fn pool() -> PortPool {
         band: (LOW, high),
         bind_host: "0.0.0.0",
         recorded: |v| {
-            ["rest_port", "slurmctld_port", "slurmd_port"]
-                .iter()
-                .filter_map(|key| v.get(key)?.as_u64())
-                .map(|p| p as u16)
-                .collect()
+            let slurmd = v
+                .get("slurmd")
+                .and_then(|s| s.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d.get("port")?.as_u64());
+            [
+                "rest_port",
+                "slurmctld_port",
+                "slurmd_port",
+                "slurmdbd_port",
+                "mariadb_port",
+            ]
+            .iter()
+            .filter_map(|key| v.get(key)?.as_u64())
+            .chain(slurmd)
+            .map(|p| p as u16)
+            .collect()
         },
     }
 }

@@ -17,16 +17,19 @@ use std::time::Instant;
 /// Debian suite that carries Slurm 25.11 or newer.
 const SUITE: &str = "sid";
 /// Packages installed into the root file system (kubectl comes with kube-testenv instead);
-/// slurmd runs the batch work of hybrid nodes.
+/// slurmd runs the batch work of hybrid nodes; slurmdbd and mariadb-server the accounting of
+/// instances started with `accounting`.
 pub const PACKAGES: &[&str] = &[
     "slurmctld",
     "slurmd",
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",
+    "slurmdbd",
+    "mariadb-server",
 ];
 /// Bumped whenever the post-install setup below changes.
-const SETUP_VERSION: u32 = 1;
+const SETUP_VERSION: u32 = 2;
 /// Unprivileged user slurmrestd runs as (it refuses to run as root).
 pub const REST_USER: &str = "slurmrest";
 const READY_MARKER: &str = ".slurm-testenv-ready";
@@ -274,6 +277,45 @@ fn setup(root: &Path) -> Result<()> {
             .open(root.join("etc/group"))
             .map_err(Error::io("open etc/group"))?;
         writeln!(g, "{REST_USER}:x:990:").map_err(Error::io("write etc/group"))?;
+    }
+    make_db_template(root)
+}
+
+/// Initialises the pristine MariaDB data folder every accounting instance copies
+/// ([`crate::accounting::DB_TEMPLATE`]): `mariadb-install-db` takes seconds, a copy milliseconds.
+fn make_db_template(root: &Path) -> Result<()> {
+    let template = crate::accounting::DB_TEMPLATE;
+    let host_template = root.join(template.trim_start_matches('/'));
+    if host_template.exists() {
+        remove_tree(&host_template)?;
+    }
+    let mut argv: Vec<String> = vec![
+        "mariadb-install-db".into(),
+        "--no-defaults".into(),
+        "--user=root".into(),
+        format!("--datadir={template}"),
+        "--auth-root-authentication-method=socket".into(),
+        "--skip-test-db".into(),
+    ];
+    argv.extend(
+        crate::accounting::MARIADBD_OPTIONS
+            .iter()
+            .map(|o| o.to_string()),
+    );
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = sandbox::command(root, None, &argv, sandbox::Mode::Exec)
+        .output()
+        .map_err(Error::io("run mariadb-install-db"))?;
+    if !out.status.success() {
+        return Err(Error::RootfsBuild {
+            what: format!("mariadb-install-db exited with {}", out.status),
+            log: PathBuf::new(),
+            tail: format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        });
     }
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! (and its `run/` over the root fs's `/run`, where slurmctld puts the auth socket `sack.socket`
 //! that clients prefer to slurm.key: shared, it would mix up instances; each slurmd gets its own,
 //! `run-<node>/` named by `SLURM_TESTENV_RUN`, since every slurmd binds `/run/slurm/sack.socket`
-//! and two would take it from each other) are mounted only inside
+//! and two would take it from each other; and the instance's own `etc/passwd` and `etc/group`,
+//! so users a test adds exist in that instance only) are mounted only inside
 //! the namespace (nothing leaks into the host's mount table), and when the
 //! namespace's first process dies the kernel kills everything else in it.
 
@@ -25,6 +26,7 @@ mount --bind /etc/hosts "$R/etc/hosts"
 mount --rbind /sys "$R/sys"
 RUN="$I/${SLURM_TESTENV_RUN:-run}"
 if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
+if [ -f "$I/etc/passwd" ]; then mount --bind "$I/etc/passwd" "$R/etc/passwd"; mount --bind "$I/etc/group" "$R/etc/group"; fi
 if [ -n "$I" ]; then exec chroot "$R" env -C /slurm-testenv/work "$@"; fi
 exec chroot "$R" "$@""#;
 
@@ -38,6 +40,7 @@ mount --bind /etc/hosts "$R/etc/hosts"
 mount --rbind /sys "$R/sys"
 RUN="$I/${SLURM_TESTENV_RUN:-run}"
 if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
+if [ -f "$I/etc/passwd" ]; then mount --bind "$I/etc/passwd" "$R/etc/passwd"; mount --bind "$I/etc/group" "$R/etc/group"; fi
 if [ -n "$I" ]; then chroot "$R" env -C /slurm-testenv/work "$@" & else chroot "$R" "$@" & fi
 wait $!"#;
 

@@ -11,29 +11,38 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 impl Instance {
+    /// Writes slurm.conf and cgroup.conf from the instance's ports, nodes and `policy`.
+    pub(super) fn write_conf(&self, max_node_count: u32, policy: &Policy) -> Result<()> {
+        let params = {
+            let meta = locked(&self.meta);
+            ConfParams {
+                cluster_name: meta
+                    .cluster_name
+                    .clone()
+                    .unwrap_or_else(|| format!("st{}", meta.slurmctld_port)),
+                slurmctld_port: meta.slurmctld_port,
+                slurmd_port: meta.slurmd_port,
+                max_node_count,
+                slurmd_nodes: meta
+                    .slurmd
+                    .iter()
+                    .map(|d| (d.node.clone(), d.port))
+                    .collect(),
+                policy: policy.clone(),
+                slurmdbd_port: meta.slurmdbd_port,
+            }
+        };
+        fs::write(self.slurm_conf(), conf::render(&params))
+            .map_err(Error::io("write slurm.conf"))?;
+        fs::write(self.dir.join("cgroup.conf"), conf::render_cgroup())
+            .map_err(Error::io("write cgroup.conf"))
+    }
+
     pub(super) fn start_slurmctld(&self, max_node_count: u32, policy: &Policy) -> Result<()> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let params = {
-                let meta = locked(&self.meta);
-                ConfParams {
-                    cluster_name: format!("st{}", meta.slurmctld_port),
-                    slurmctld_port: meta.slurmctld_port,
-                    slurmd_port: meta.slurmd_port,
-                    max_node_count,
-                    slurmd_nodes: meta
-                        .slurmd
-                        .iter()
-                        .map(|d| (d.node.clone(), d.port))
-                        .collect(),
-                    policy: policy.clone(),
-                }
-            };
-            fs::write(self.slurm_conf(), conf::render(&params))
-                .map_err(Error::io("write slurm.conf"))?;
-            fs::write(self.dir.join("cgroup.conf"), conf::render_cgroup())
-                .map_err(Error::io("write cgroup.conf"))?;
+            self.write_conf(max_node_count, policy)?;
             match self.spawn_slurmctld() {
                 Err(Error::PortInUse { .. }) if attempt < 4 => {
                     self.stop_child(|c| &mut c.slurmctld);
@@ -118,6 +127,12 @@ impl Instance {
         let port = locked(&self.meta).rest_port;
         let listen = format!("127.0.0.1:{port}");
         let log = self.dir.join("slurmrestd.log");
+        // With accounting it also serves the slurmdbd endpoints (/slurmdb/...).
+        let plugins = if locked(&self.meta).slurmdbd_port.is_some() {
+            "slurmctld,slurmdbd"
+        } else {
+            "slurmctld"
+        };
         let child = self.spawn_daemon(
             &[
                 "slurmrestd",
@@ -128,7 +143,7 @@ impl Instance {
                 "-a",
                 "rest_auth/jwt",
                 "-s",
-                "slurmctld",
+                plugins,
                 "-d",
                 DATA_PARSER,
                 &listen,

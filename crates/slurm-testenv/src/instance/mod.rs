@@ -1,6 +1,7 @@
 //! One isolated Slurm: slurmctld + slurmrestd (and slurmd nodes) with their own slurm.conf, ports,
 //! keys, state, logs.
 
+mod accounting;
 mod daemons;
 mod faults;
 mod slurmd;
@@ -48,6 +49,10 @@ pub struct InstanceOptions {
     pub token_lifespan: Duration,
     /// Keep running after this handle is dropped and after this process exits (the CLI's `up`).
     pub detached: bool,
+    /// Slurm accounting: a MariaDB server and slurmdbd run with the instance, slurm.conf stores
+    /// accounting there and enforces associations, limits and QoS, and job priority is
+    /// multifactor (fairshare). The cluster is registered, with account `root` and user root.
+    pub accounting: bool,
 }
 
 impl Default for InstanceOptions {
@@ -60,6 +65,7 @@ impl Default for InstanceOptions {
             max_node_count: None,
             token_lifespan: Duration::from_secs(30 * 24 * 3600),
             detached: false,
+            accounting: false,
         }
     }
 }
@@ -80,6 +86,18 @@ struct Meta {
     /// The slurmd-run nodes, in name order.
     #[serde(default)]
     slurmd: Vec<SlurmdMeta>,
+    /// ClusterName, fixed at creation (the database knows the cluster by it).
+    #[serde(default)]
+    cluster_name: Option<String>,
+    /// With accounting: slurmdbd's port and the database's, and their `unshare` wrappers.
+    #[serde(default)]
+    slurmdbd_port: Option<u16>,
+    #[serde(default)]
+    mariadb_port: Option<u16>,
+    #[serde(default)]
+    slurmdbd: Option<ProcId>,
+    #[serde(default)]
+    mariadbd: Option<ProcId>,
 }
 
 /// One slurmd-run node: its name, port and (while it runs) the `unshare` wrapper of its slurmd.
@@ -95,6 +113,8 @@ struct Children {
     slurmctld: Option<Child>,
     slurmrestd: Option<Child>,
     slurmd: std::collections::BTreeMap<String, Child>,
+    slurmdbd: Option<Child>,
+    mariadbd: Option<Child>,
     watchdog: Option<Child>,
 }
 
@@ -178,12 +198,24 @@ impl Instance {
             }
             rootfs::remove_tree(&dir)?;
         }
-        for sub in ["state", "spool", "work"] {
+        for sub in ["state", "spool", "work", "etc"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(Error::io(format!("create {}", dir.display())))?;
         }
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
             .map_err(Error::io(format!("chmod {}", dir.display())))?;
+        // Jobs of the users a test adds (Instance::add_unix_user) write their output there too.
+        fs::set_permissions(dir.join("work"), fs::Permissions::from_mode(0o1777))
+            .map_err(Error::io(format!("chmod {}/work", dir.display())))?;
+        // The instance's own user and group files, bound over the root file system's in its
+        // sandboxes, so users added to one instance do not appear in others.
+        for file in ["passwd", "group"] {
+            fs::copy(
+                rootfs.path.join("etc").join(file),
+                dir.join("etc").join(file),
+            )
+            .map_err(Error::io(format!("copy etc/{file} into {}", dir.display())))?;
+        }
         write_secret(&dir.join("slurm.key"), &random_bytes(1024)?)?;
         write_secret(&dir.join("jwt_hs256.key"), &random_bytes(32)?)?;
 
@@ -193,7 +225,16 @@ impl Instance {
             Some(ProcId::current())
         };
         let slurmd_count = opts.slurmd_nodes as usize;
-        let inst = ports::reserve(3 + slurmd_count, |p| {
+        let accounting_ports = if opts.accounting { 2 } else { 0 };
+        if opts.policy.preempt.is_some()
+            && opts.policy.preempt_type == crate::conf::PreemptType::Qos
+            && !opts.accounting
+        {
+            return Err(Error::NeedsAccounting {
+                what: "QoS preemption (preempt/qos)",
+            });
+        }
+        let inst = ports::reserve(3 + slurmd_count + accounting_ports, |p| {
             let slurmd = (0..slurmd_count)
                 .map(|i| SlurmdMeta {
                     node: format!("node-{}", i + 1),
@@ -215,6 +256,11 @@ impl Instance {
                     slurmctld: None,
                     slurmrestd: None,
                     slurmd,
+                    cluster_name: Some(format!("st{}", p[0])),
+                    slurmdbd_port: opts.accounting.then(|| p[3 + slurmd_count]),
+                    mariadb_port: opts.accounting.then(|| p[4 + slurmd_count]),
+                    slurmdbd: None,
+                    mariadbd: None,
                 }),
                 children: Mutex::new(Children::default()),
                 owned: true,
@@ -233,6 +279,11 @@ impl Instance {
         let max_nodes = opts
             .max_node_count
             .unwrap_or_else(|| 4096.max(opts.nodes.saturating_add(1024)));
+        if opts.accounting {
+            // slurmdbd is up and the cluster registered before slurmctld starts and registers.
+            inst.write_conf(max_nodes, &opts.policy)?;
+            inst.start_accounting()?;
+        }
         inst.start_slurmctld(max_nodes, &opts.policy)?;
         if opts.nodes > 0 {
             let first = opts.slurmd_nodes + 1;
@@ -327,14 +378,20 @@ impl Instance {
         )
     }
 
-    /// The `unshare` wrappers of slurmctld and slurmrestd, as recorded when they started.
+    /// The `unshare` wrappers of slurmctld and slurmrestd (and slurmdbd, mariadbd and the slurmd
+    /// daemons), as recorded when they started.
     pub fn daemon_wrappers(&self) -> Vec<ProcId> {
         let meta = locked(&self.meta);
-        [meta.slurmctld, meta.slurmrestd]
-            .into_iter()
-            .flatten()
-            .chain(meta.slurmd.iter().filter_map(|d| d.proc))
-            .collect()
+        [
+            meta.slurmctld,
+            meta.slurmrestd,
+            meta.slurmdbd,
+            meta.mariadbd,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(meta.slurmd.iter().filter_map(|d| d.proc))
+        .collect()
     }
 
     /// True while slurmctld is alive.
@@ -488,7 +545,7 @@ rm -rf --one-file-system "$D""#;
         Ok(())
     }
 
-    /// Stops slurmrestd and slurmctld and removes the instance's state. Works on attached handles
+    /// Stops slurmrestd, slurmctld (and slurmd, slurmdbd, mariadbd) and removes the instance's state. Works on attached handles
     /// too (the CLI's `down`).
     pub fn stop(&self) -> Result<()> {
         {
@@ -503,8 +560,18 @@ rm -rf --one-file-system "$D""#;
         }
         self.stop_child(|c| &mut c.slurmrestd);
         self.stop_child(|c| &mut c.slurmctld);
+        self.stop_child(|c| &mut c.slurmdbd);
+        self.stop_child(|c| &mut c.mariadbd);
         let meta = locked(&self.meta).clone();
-        for id in [meta.slurmrestd, meta.slurmctld].into_iter().flatten() {
+        for id in [
+            meta.slurmrestd,
+            meta.slurmctld,
+            meta.slurmdbd,
+            meta.mariadbd,
+        ]
+        .into_iter()
+        .flatten()
+        {
             process::stop_sandbox(id, STOP_TIMEOUT);
         }
         rootfs::remove_tree(&self.dir)
