@@ -692,6 +692,7 @@ if [ -n "$4" ]; then
     sleep 0.2
   done
   find /sys/fs/cgroup/*/kube-testenv/"$4" -depth -type d -exec rmdir {} \; 2>/dev/null
+  rmdir /sys/fs/cgroup/*/kube-testenv 2>/dev/null
   for l in $(ls /sys/class/net); do
     case "$l" in "kt$5"|"kt$5"n*) ip link del "$l" 2>/dev/null;; esac
   done
