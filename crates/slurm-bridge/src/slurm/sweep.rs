@@ -1,5 +1,7 @@
 //! Cancels external jobs whose pods are all gone (a pending gang deleted before Slurm ran it, a
-//! pod force-deleted, say), so Slurm does not hold resources for nothing. Shared: the scheduler
+//! pod force-deleted, say), so Slurm does not hold resources for nothing. A pod recreated under
+//! the same name (another uid than the job's admin_comment records) does not keep its
+//! predecessor's job. Shared: the scheduler
 //! runs it, and so do the controllers when they run without the scheduler (split mode), since
 //! components never import each other.
 
@@ -36,7 +38,10 @@ impl<S: JobControl + SlurmJobs> Sweep<S> {
                 j.comment.pod_names().all(|(ns, name)| {
                     self.pods
                         .get(&ObjectRef::<Pod>::new(name).within(ns))
-                        .is_none()
+                        .is_none_or(|p| {
+                            !j.comment
+                                .names_pod(&format!("{ns}/{name}"), p.metadata.uid.as_deref())
+                        })
                 })
             })
             .cloned()
@@ -48,8 +53,12 @@ impl<S: JobControl + SlurmJobs> Sweep<S> {
                 // A list by name, not a GET: the controllers' role may list pods, not get them.
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
                 let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+                let key = format!("{ns}/{name}");
                 match api.list_metadata(&by_name).await {
-                    Ok(l) if l.items.is_empty() => {}
+                    Ok(l)
+                        if l.items
+                            .iter()
+                            .all(|p| !job.comment.names_pod(&key, p.metadata.uid.as_deref())) => {}
                     Ok(_) | Err(_) => {
                         any_left = true;
                         break;

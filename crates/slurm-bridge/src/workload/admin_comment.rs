@@ -47,6 +47,17 @@ impl AdminComment {
         self.pods.iter().filter_map(|p| p.split_once('/'))
     }
 
+    /// Whether the comment may stand for the pod `key` (`ns/name`) with `uid`: it names that pod
+    /// with that uid, or records no uids (jobs made by the Go original). A pod recreated under
+    /// the same name (a StatefulSet's, a re-applied bare pod) has another uid, so its
+    /// predecessor's job is not its own.
+    pub fn names_pod(&self, key: &str, uid: Option<&str>) -> bool {
+        let Some(i) = self.pods.iter().position(|p| p == key) else {
+            return false;
+        };
+        self.uids.is_empty() || uid.is_none() || self.uids.get(i).map(String::as_str) == uid
+    }
+
     /// Build from `(ns/name, uid)` pairs; pods are sorted so the text is deterministic.
     pub fn new(
         group: Option<String>,
@@ -230,6 +241,23 @@ mod tests {
         let a = AdminComment::new(None, [("ns/a".to_string(), None)]);
         assert_eq!(a, AdminComment::decode(r#"{"pods":["ns/a"]}"#).unwrap());
         assert_ne!(a, AdminComment::default());
+    }
+
+    #[test]
+    fn a_pod_recreated_under_the_same_name_is_not_named() {
+        let c = AdminComment::new(
+            None,
+            [
+                ("ns/a".to_string(), Some("u-a".to_string())),
+                ("ns/b".to_string(), Some("u-b".to_string())),
+            ],
+        );
+        assert!(c.names_pod("ns/b", Some("u-b")));
+        assert!(!c.names_pod("ns/b", Some("u-b2")), "recreated");
+        assert!(!c.names_pod("ns/c", Some("u-b")), "not listed");
+        // The Go original's jobs carry no uids: the name decides.
+        let go = AdminComment::decode(r#"{"pods":["ns/b"]}"#).unwrap();
+        assert!(go.names_pod("ns/b", Some("anything")));
     }
 
     #[test]

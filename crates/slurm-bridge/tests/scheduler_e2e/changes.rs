@@ -232,3 +232,55 @@ async fn a_job_allocated_a_deleted_node_is_resubmitted_without_it() {
         env.scontrol_job(fresh)
     );
 }
+
+/// A bare pod deleted and created again under the same name (another uid) while the scheduler is
+/// down: its predecessor's running job is not taken over; the new pod gets a job of its own and
+/// the old one is cancelled by the sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_recreated_under_its_name_never_takes_over_its_predecessors_job() {
+    let mut env = Env::start(2).await;
+    env.start_scheduler().await;
+    env.create_pod(pod("reborn", json!({}), json!({}))).await;
+    let old = env.wait_bound(&["reborn".into()], BIND_TIMEOUT).await;
+    let old_job = job_id_of(&old[0]);
+    env.stop_scheduler().await;
+    // Gone for good (no finalizer to wait on), then the same manifest again.
+    env.pods()
+        .delete(
+            "reborn",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .unwrap();
+    let _ = env
+        .pods()
+        .patch(
+            "reborn",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while env.pods().get_opt("reborn").await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "the pod stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.create_pod(pod("reborn", json!({}), json!({}))).await;
+    assert!(
+        env.active_job_ids().contains(&old_job),
+        "the old job runs on"
+    );
+    env.start_scheduler().await;
+    let new = env.wait_bound(&["reborn".into()], BIND_TIMEOUT).await;
+    assert_ne!(
+        new[0].metadata.uid, old[0].metadata.uid,
+        "a new pod, not the old one"
+    );
+    assert_ne!(
+        job_id_of(&new[0]),
+        old_job,
+        "the predecessor's job was taken over"
+    );
+    env.wait_job_ended(old_job, Duration::from_secs(30)).await;
+    env.assert_invariants().await;
+}

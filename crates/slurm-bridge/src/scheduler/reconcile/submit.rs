@@ -25,8 +25,16 @@ use std::time::Duration;
 /// The group's active job, if any. Jobs made by the Go original carry no group key and are found
 /// through their pods. Duplicates (never made by this scheduler, but possible after a crash of
 /// the original) are cancelled, keeping an allocated one or else the oldest.
+/// A job whose admin_comment names none of the group's pods with their current uids belongs to
+/// pods recreated since under the same names: it is not this group's (the sweep cancels it).
 pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option<Arc<WatchedJob>> {
     let mut jobs = ctx.watcher.index().active_for_group(&tr.group_key);
+    jobs.retain(|j| {
+        tr.ir
+            .pods
+            .iter()
+            .any(|p| j.comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
+    });
     if jobs.is_empty() {
         let index = ctx.watcher.index();
         for pod in &tr.ir.pods {
