@@ -7,6 +7,11 @@
 //! handle is dropped; a watchdog stops it if the test process dies first, and the next start
 //! sweeps anything left behind.
 //!
+//! With [`InstanceOptions::accounting`] an instance also runs its own MariaDB server and slurmdbd
+//! ([`accounting`]): associations, limits and QoS are enforced and priority is multifactor
+//! (fairshare); [`Instance::sacctmgr`], [`Instance::add_unix_user`] and
+//! [`Instance::add_unix_group`] set up tenants.
+//!
 //! ```no_run
 //! let slurm = slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
 //!     nodes: 2,

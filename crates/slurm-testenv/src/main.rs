@@ -52,7 +52,7 @@ enum Cmd {
         #[command(flatten)]
         shape: Shape,
     },
-    /// Pause a daemon (SIGSTOP): `slurmctld`, `slurmrestd` or `slurmd:NODE`; it answers nothing until resumed.
+    /// Pause a daemon (SIGSTOP): `slurmctld`, `slurmrestd`, `slurmdbd` or `slurmd:NODE`; it answers nothing until resumed.
     Pause {
         #[arg(long, default_value = "default")]
         name: String,

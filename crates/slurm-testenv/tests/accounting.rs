@@ -345,6 +345,17 @@ fn cli_up_with_accounting_serves_sacctmgr_sacct_sshare_sprio_and_down_stops_it_a
     exec(&["sacct", "-a"]);
     assert!(exec(&["sshare", "-a"]).contains("team-a"));
     exec(&["sprio", "-w"]);
+    // slurmdbd restarts from the same database.
+    let restart = Command::new(bin)
+        .args(["restart", "--name", &name, "slurmdbd"])
+        .output()
+        .unwrap();
+    assert!(
+        restart.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restart.stderr)
+    );
+    assert!(exec(&["sacctmgr", "-nP", "show", "account", "format=account"]).contains("team-a"));
     let dir = slurm_testenv::paths::run_dir().join(&name);
     let wrappers = Instance::attach(&name).unwrap().daemon_wrappers();
     assert_eq!(wrappers.len(), 4);

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 pub enum Daemon {
     Slurmctld,
     Slurmrestd,
+    /// slurmdbd (instances with accounting): while it is away slurmctld queues its records.
+    Slurmdbd,
     /// The slurmd of the named node.
     Slurmd(String),
 }
@@ -19,6 +21,7 @@ impl std::fmt::Display for Daemon {
         match self {
             Daemon::Slurmctld => f.write_str("slurmctld"),
             Daemon::Slurmrestd => f.write_str("slurmrestd"),
+            Daemon::Slurmdbd => f.write_str("slurmdbd"),
             Daemon::Slurmd(node) => write!(f, "the slurmd of {node}"),
         }
     }
@@ -32,10 +35,11 @@ impl std::str::FromStr for Daemon {
         match s {
             "slurmctld" => Ok(Daemon::Slurmctld),
             "slurmrestd" => Ok(Daemon::Slurmrestd),
+            "slurmdbd" => Ok(Daemon::Slurmdbd),
             _ => match s.strip_prefix("slurmd:") {
                 Some(node) if !node.is_empty() => Ok(Daemon::Slurmd(node.to_string())),
                 _ => Err(format!(
-                    "{s:?}: expected `slurmctld`, `slurmrestd` or `slurmd:NODE`"
+                    "{s:?}: expected `slurmctld`, `slurmrestd`, `slurmdbd` or `slurmd:NODE`"
                 )),
             },
         }
@@ -76,6 +80,10 @@ impl Instance {
                 self.stop_slurmrestd()?;
                 self.start_slurmrestd()
             }
+            Daemon::Slurmdbd => {
+                self.stop_slurmdbd()?;
+                self.start_slurmdbd()
+            }
             Daemon::Slurmd(node) => {
                 self.kill_slurmd(node)?;
                 self.start_slurmd(node)
@@ -100,6 +108,7 @@ impl Instance {
             match daemon {
                 Daemon::Slurmctld => meta.slurmctld,
                 Daemon::Slurmrestd => meta.slurmrestd,
+                Daemon::Slurmdbd => meta.slurmdbd,
                 Daemon::Slurmd(node) => meta
                     .slurmd
                     .iter()
