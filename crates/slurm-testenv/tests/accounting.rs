@@ -4,9 +4,9 @@
 
 use slurm_testenv::conf::{Policy, PreemptMode, PreemptType};
 use slurm_testenv::{Instance, InstanceOptions};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn start(opts: InstanceOptions) -> Instance {
@@ -367,4 +367,46 @@ fn cli_up_with_accounting_serves_sacctmgr_sacct_sshare_sprio_and_down_stops_it_a
     assert!(wrappers.iter().all(|w| !w.is_alive()));
     assert!(processes_naming(&dir.display().to_string()).is_empty());
     assert!(!dir.exists());
+}
+
+/// A process that owns an accounting instance and is killed with SIGKILL leaves no mariadbd or
+/// slurmdbd behind: its watchdog stops them with the other daemons and removes the database.
+#[test]
+fn killed_owner_leaves_no_database_or_slurmdbd() {
+    let name = format!("acct-killed-{}", std::process::id());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slurm-testenv"))
+        .args(["run", "--name", &name, "--accounting"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("SLURM_REST_URL="), "{first}");
+    let dir = slurm_testenv::paths::run_dir().join(&name);
+    let wrappers = Instance::attach(&name).unwrap().daemon_wrappers();
+    assert_eq!(
+        wrappers.len(),
+        4,
+        "slurmctld, slurmrestd, slurmdbd, mariadbd"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for(
+        "the watchdog stops every daemon and removes the folder",
+        Duration::from_secs(20),
+        || {
+            let alive: Vec<i32> = wrappers
+                .iter()
+                .filter(|w| w.is_alive())
+                .map(|w| w.pid)
+                .collect();
+            // (The watchdog itself names the folder until it exits, right after removing it.)
+            let left = processes_naming(&dir.display().to_string());
+            (!alive.is_empty() || dir.exists() || !left.is_empty())
+                .then(|| format!("alive {alive:?}, processes {left:?}"))
+        },
+    );
 }

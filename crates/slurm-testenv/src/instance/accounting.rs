@@ -54,22 +54,7 @@ impl Instance {
         )?;
         self.spawn_mariadbd(db_port)?;
         self.spawn_slurmdbd(dbd_port)?;
-        // slurmctld is not up yet, so the client signs through slurmdbd's auth socket.
-        let argv = ["sacctmgr", "-i", "add", "cluster", cluster.as_str()];
-        let out = self
-            .command(&argv)
-            .env("SLURM_TESTENV_RUN", "run-slurmdbd")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(Error::io("run sacctmgr"))?;
-        if !out.status.success() {
-            return Err(Error::CommandFailed {
-                command: argv.join(" "),
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(())
+        self.sacctmgr(&["add", "cluster", &cluster]).map(|_| ())
     }
 
     fn spawn_mariadbd(&self, port: u16) -> Result<()> {
@@ -192,7 +177,8 @@ impl Instance {
         locked(&self.meta).slurmdbd_port.is_some()
     }
 
-    /// Runs `sacctmgr -i ARGS` (no confirmation prompt) and returns its output; a non-zero exit is
+    /// Runs `sacctmgr -i ARGS` (no confirmation prompt) against slurmdbd (slurmctld need not be
+    /// up) and returns its output; a non-zero exit is
     /// an error carrying stderr. E.g. `sacctmgr(&["add", "account", "team-a", "Fairshare=10"])`,
     /// `sacctmgr(&["add", "user", "alice", "Account=team-a"])`, `sacctmgr(&["add", "qos", "high"])`.
     /// Unix users must exist first ([`Instance::add_unix_user`]): slurmctld resolves their uid
@@ -203,7 +189,22 @@ impl Instance {
         }
         let mut argv = vec!["sacctmgr", "-i"];
         argv.extend_from_slice(args);
-        self.run(&argv)
+        // Signed through slurmdbd's auth socket (its own /run), so it works while slurmctld,
+        // whose socket other clients use, is down or not started yet (at registration).
+        let out = self
+            .command(&argv)
+            .env("SLURM_TESTENV_RUN", "run-slurmdbd")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(Error::io("run sacctmgr"))?;
+        if !out.status.success() {
+            return Err(Error::CommandFailed {
+                command: crate::sandbox::display_argv(&argv),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).to_string())
     }
 
     /// Adds a Unix user `name` with `uid` (and a group of the same name with gid `uid`) to this
