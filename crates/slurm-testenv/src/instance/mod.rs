@@ -219,11 +219,10 @@ impl Instance {
         write_secret(&dir.join("slurm.key"), &random_bytes(1024)?)?;
         write_secret(&dir.join("jwt_hs256.key"), &random_bytes(32)?)?;
 
-        let owner = if opts.detached {
-            None
-        } else {
-            Some(ProcId::current())
-        };
+        // A detached instance too is owned by this process until it is up, so another process's
+        // sweep does not take it for one whose slurmctld died while slurmctld has not started yet
+        // (with accounting, mariadbd and slurmdbd start first); a failed `up` is swept.
+        let owner = Some(ProcId::current());
         let slurmd_count = opts.slurmd_nodes as usize;
         let accounting_ports = if opts.accounting { 2 } else { 0 };
         if opts.policy.preempt.is_some()
@@ -297,6 +296,8 @@ impl Instance {
         fs::write(inst.dir.join("env"), inst.env_lines())
             .map_err(Error::io("write the env file"))?;
         if opts.detached {
+            locked(&inst.meta).owner = None;
+            inst.save_meta()?;
             inst.owned = false;
         }
         Ok(inst)
