@@ -58,7 +58,7 @@ pub fn cache_key() -> String {
     format!("{:016x}", fnv1a(spec.as_bytes()))
 }
 
-/// Returns the cached root file system, building it first if needed (3-4 minutes, 750 MB).
+/// Returns the cached root file system, building it first if needed (about a minute, 400 MB).
 pub fn ensure() -> Result<Rootfs> {
     let cache = cache_dir();
     let path = cache.join(format!("rootfs-{}", cache_key()));
@@ -201,7 +201,7 @@ fn build(cache: &Path, final_path: &Path) -> Result<()> {
     ensure_debootstrap(&log)?;
     let mirror = mirror::debian_mirror()?;
     eprintln!(
-        "slurm-testenv: building the Slurm root file system ({SUITE}: {}) from {mirror}; this takes a few minutes and 750 MB, once",
+        "slurm-testenv: building the Slurm root file system ({SUITE}: {}) from {mirror}; this takes about a minute and 400 MB, once",
         PACKAGES.join(" ")
     );
     let out = fs::File::create(&log).map_err(Error::io(format!("create {}", log.display())))?;
