@@ -170,7 +170,7 @@ async fn events(env: &Env, ns: &str, pod: &str, reason: &str) -> Vec<String> {
 
 /// `sacct` rows (every user, allocations only) as maps of field -> value.
 fn sacct(env: &Env) -> Vec<std::collections::BTreeMap<String, String>> {
-    let fields = ["JobID", "User", "Account", "QOS", "JobName"];
+    let fields = ["JobID", "User", "Account", "QOS", "JobName", "AdminComment"];
     let out = env
         .slurm
         .run(&[
@@ -315,6 +315,23 @@ async fn a_tenants_pods_run_as_its_user_and_account_and_what_it_refuses_never_re
     }
     for p in a.iter().chain(&b) {
         env.wait_job_ended(job_id_of(p), TIMEOUT).await;
+    }
+    // Once ended, slurmdbd has each job's AdminComment too: it names the pod.
+    for p in a.iter().chain(&b) {
+        let id = job_id_of(p).to_string();
+        let key = format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap(),
+            p.metadata.name.as_deref().unwrap()
+        );
+        wait_for(&format!("sacct AdminComment of job {id}"), TIMEOUT, || async {
+            let rows = sacct(&env);
+            match rows.iter().find(|r| r["JobID"] == id) {
+                Some(r) if r["AdminComment"].contains(&format!("\"{key}\"")) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
     }
     env.assert_invariants().await;
     controllers.stop().await;
