@@ -152,6 +152,28 @@ impl Instance {
         self.start_daemon(daemon).await
     }
 
+    /// Stops the real kubelet of kubelet node `node` as a crash does (SIGKILL): its containerd
+    /// and the pods' containers run on, its heartbeats stop, and the node lifecycle controller
+    /// marks the node Ready=Unknown after `node_monitor_grace_period` (a lost node). The
+    /// simulated nodes' counterpart is [`Instance::lose_kubelet`].
+    pub fn stop_kubelet(&mut self, node: &str) -> Result<()> {
+        let component = format!("kubelet-{node}");
+        let i = self
+            .launcher
+            .children
+            .iter()
+            .position(|(c, _)| *c == component)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{node} runs no kubelet of this instance (any more)"
+                ))
+            })?;
+        let (_, mut child) = self.launcher.children.remove(i);
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(())
+    }
+
     /// Pauses a daemon (SIGSTOP): it holds its connections and answers nothing.
     pub fn pause_daemon(&self, daemon: Daemon) -> Result<()> {
         self.launcher.signal(daemon, libc::SIGSTOP)

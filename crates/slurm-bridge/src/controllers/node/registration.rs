@@ -7,8 +7,12 @@
 //!   re-creation check use that one value (quirk 7: the reference registered DRA CPU counts and
 //!   compared capacity counts, re-creating nodes with E-cores forever). CPUs and cores come from
 //!   the node's `dra.cpu` ResourceSlices when it has them (E-cores excluded: Slurm does not
-//!   enumerate them), else from `capacity.cpu`; GPUs from its `gpu.nvidia.com` /
+//!   enumerate them), else from `allocatable.cpu`; GPUs from its `gpu.nvidia.com` /
 //!   `gpu.example.com` slices (one `file=` per device), else from device-plugin capacity.
+//! - CPUs and memory are the kubelet's *allocatable* (rounded down), not its capacity as in the
+//!   reference: the kubelet admits a pod only within its allocatable, so a Slurm node larger
+//!   than that gets pods placed that the kubelet rejects (OutOfcpu, OutOfmemory). Capacity
+//!   (CPUs rounded up) is used only for a node that reports no allocatable.
 //! - `NodeAddr=` is the node's InternalIP when it has one: slurmctld otherwise resolves the node
 //!   name through DNS, and stalls on names that do not resolve.
 //! - A Slurm name or topology string that would break the `node_conf` line is refused with a
@@ -31,12 +35,13 @@ const MIB: i128 = 1024 * 1024;
 pub struct Desired {
     /// Slurm NodeName.
     pub slurm_name: String,
-    /// Slurm's CPUs: the non-E-core CPUs of the `dra.cpu` slices, else `ceil(capacity.cpu)`.
+    /// Slurm's CPUs: the non-E-core CPUs of the `dra.cpu` slices, else `floor(allocatable.cpu)`
+    /// (`ceil(capacity.cpu)` for a node reporting no allocatable).
     pub cpus: u32,
     /// Cores (`CoresPerSocket`, one socket): the abstract cores of the `dra.cpu` slices, else
     /// `cpus`.
     pub cores: u32,
-    /// `capacity.memory` in MiB, rounded down.
+    /// `allocatable.memory` (else `capacity.memory`) in MiB, rounded down.
     pub memory_mib: u64,
     /// GRES, e.g. `gpu:nvidia.com:4`; empty for none.
     pub gres: String,
@@ -126,6 +131,27 @@ fn capacity(node: &Node, resource: &str) -> Result<Option<Quantity>, DesiredErro
         .transpose()
 }
 
+/// The kubelet's `allocatable` of `resource` (what it admits pods within), else `capacity`;
+/// true when it came from allocatable.
+fn allocatable(node: &Node, resource: &str) -> Result<Option<(Quantity, bool)>, DesiredError> {
+    let from_allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))
+        .map(|q| {
+            Quantity::from_k8s(q).map_err(|source| DesiredError::Quantity {
+                resource: resource.to_string(),
+                source,
+            })
+        })
+        .transpose()?;
+    match from_allocatable {
+        Some(q) => Ok(Some((q, true))),
+        None => Ok(capacity(node, resource)?.map(|q| (q, false))),
+    }
+}
+
 fn out_of_range(resource: &str, q: Quantity, min: u32) -> DesiredError {
     DesiredError::OutOfRange {
         resource: resource.to_string(),
@@ -185,12 +211,19 @@ pub fn desired(node: &Node, inv: &NodeInventory) -> Result<Desired, DesiredError
     if slurm_name.is_empty() || !conf_safe(&slurm_name) {
         return Err(DesiredError::SlurmName(slurm_name));
     }
-    let cpu = capacity(node, "cpu")?.ok_or(DesiredError::MissingCapacity("cpu"))?;
-    let cpus = u32::try_from(cpu.ceil_units())
+    let (cpu, admitted) = allocatable(node, "cpu")?.ok_or(DesiredError::MissingCapacity("cpu"))?;
+    // The kubelet admits pods within its allocatable: never more whole CPUs than it holds.
+    let whole = if admitted {
+        cpu.nanos().div_euclid(1_000_000_000)
+    } else {
+        cpu.ceil_units()
+    };
+    let cpus = u32::try_from(whole)
         .ok()
         .filter(|c| *c >= 1)
         .ok_or_else(|| out_of_range("cpu", cpu, 1))?;
-    let memory = capacity(node, "memory")?.ok_or(DesiredError::MissingCapacity("memory"))?;
+    let (memory, _) =
+        allocatable(node, "memory")?.ok_or(DesiredError::MissingCapacity("memory"))?;
     let memory_mib = u64::try_from(memory.ceil_units() / MIB)
         .ok()
         .filter(|m| *m >= 1)

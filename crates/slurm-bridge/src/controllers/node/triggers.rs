@@ -16,14 +16,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-/// What a pass reads from a node: a change to anything else (heartbeats, images, allocatable)
-/// triggers no pass.
+/// What a pass reads from a node: a change to anything else (heartbeats, images) triggers no
+/// pass.
 pub(super) fn fingerprint(node: &Node) -> u64 {
     let labels = node.labels();
     let annotations = node.annotations();
     let spec = node.spec.as_ref();
     let status = node.status.as_ref();
     let capacity = status.and_then(|s| s.capacity.as_ref());
+    let allocatable = status.and_then(|s| s.allocatable.as_ref());
     let watched = (
         node.uid(),
         labels.get(LABEL_EXTERNAL_NODE),
@@ -43,6 +44,7 @@ pub(super) fn fingerprint(node: &Node) -> u64 {
             DEVICE_PLUGIN_GPUS[1],
         ]
         .map(|r| capacity.and_then(|c| c.get(r)).map(|q| &q.0)),
+        ["cpu", "memory"].map(|r| allocatable.and_then(|a| a.get(r)).map(|q| &q.0)),
         status
             .and_then(|s| s.addresses.as_ref())
             .map(|a| a.iter().map(|a| (&a.type_, &a.address)).collect::<Vec<_>>()),

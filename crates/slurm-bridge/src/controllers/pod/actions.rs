@@ -28,6 +28,46 @@ pub fn is_disrupted(pod: &Pod) -> bool {
         })
 }
 
+/// The kubelet's refusal of a pod, as (reason, message): phase Failed with the message the
+/// kubelet writes when its admission rejects a pod (`Pod was rejected: Node didn't have enough
+/// resource: cpu, ...`, reason `OutOfcpu`; `OutOfmemory`, `OutOfpods`, `NodeAffinity`, ...).
+pub fn kubelet_rejection(pod: &Pod) -> Option<(&str, &str)> {
+    let status = pod.status.as_ref()?;
+    let message = status.message.as_deref()?;
+    (status.phase.as_deref() == Some("Failed") && message.starts_with("Pod was rejected"))
+        .then(|| (status.reason.as_deref().unwrap_or("Rejected"), message))
+}
+
+/// What a pod the kubelet rejected is told when its finalizer is released (its job has been
+/// cancelled, or another pod of the job keeps it).
+pub fn rejected_message(pod: &Pod) -> String {
+    let (reason, message) = kubelet_rejection(pod).unwrap_or(("Rejected", ""));
+    let node = crate::k8s::bound_node(pod).unwrap_or("its node");
+    let job = crate::workload::kinds::jobid_label(pod).unwrap_or("?");
+    format!(
+        "the kubelet on {node} refused the pod Slurm placed there ({reason}: {message}); \
+         Slurm's node offers more than the kubelet's allocatable. Slurm job {job} is released \
+         and the pod, Failed, is not submitted again: recreate it (or let its owner) once the \
+         node's Slurm CPUs and memory match the kubelet's allocatable"
+    )
+}
+
+/// The Warning Event `KubeletRejected` on a pod the kubelet refused.
+pub async fn rejected_event<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) {
+    let text = rejected_message(pod);
+    tracing::warn!(pod = %super::pod_key(pod), "{text}");
+    ctx.writer
+        .event_for(
+            "Releasing",
+            &ctx.metrics.kube_writes,
+            pod,
+            true,
+            Cause::KubeletRejected.reason(),
+            text,
+        )
+        .await;
+}
+
 /// What the pod is told: the Slurm job, its state and Slurm's reason.
 pub fn message(job: &JobView, cause: Cause) -> String {
     match job {

@@ -14,7 +14,10 @@
 //!   garbage collector, which keeps a pod's dependents (a LeaderWorkerSet leader's worker
 //!   StatefulSet) while the pod exists.
 //! - The job ends with its pods: once no pod of the job is alive, an active job is cancelled,
-//!   once; then the finalizers of all its finished pods are released.
+//!   once; then the finalizers of all its finished pods are released. A pod the kubelet
+//!   rejected at admission (OutOfcpu, OutOfmemory: Slurm's node offers more than the kubelet's
+//!   allocatable) is Failed, so finished like any other: its job is cancelled
+//!   (`KubeletRejected`) and the pod, terminal, is never submitted again.
 //! - A deleted member ends its group: a pod deleted before it succeeded breaks the gang the job
 //!   was allocated for, so once its containers have stopped the job's other live bound pods are
 //!   removed too (`GroupMemberDeleted`). The job is cancelled when the last of them has stopped
@@ -71,6 +74,9 @@ pub struct Member {
     pub has_finalizer: bool,
     /// Carries the bridge's `DisruptionTarget` condition already.
     pub disrupted: bool,
+    /// Failed because the kubelet refused to admit it (`Pod was rejected: ...`, reason
+    /// `OutOfcpu`, `OutOfmemory`, ...): its containers never started.
+    pub rejected: bool,
 }
 
 impl Member {
@@ -98,6 +104,8 @@ pub enum Cause {
     NoJobLabel,
     JobUnknown,
     NodeLost,
+    /// The kubelet refused to admit the pod Slurm placed.
+    KubeletRejected,
     PodsFinished,
     PodsDeleted,
     /// Another pod of the job's group was deleted.
@@ -117,6 +125,7 @@ impl Cause {
             Cause::JobEnded => "SlurmJobEnded",
             Cause::NoJobLabel | Cause::JobUnknown => "SlurmJobMissing",
             Cause::NodeLost => "NodeLost",
+            Cause::KubeletRejected => "KubeletRejected",
             Cause::PodsFinished => "PodsFinished",
             Cause::PodsDeleted => "PodsDeleted",
             Cause::GroupMemberDeleted => "SlurmGroupMemberDeleted",
@@ -136,6 +145,7 @@ impl Cause {
             Cause::NoJobLabel => "no_job_label",
             Cause::JobUnknown => "job_unknown",
             Cause::NodeLost => "node_lost",
+            Cause::KubeletRejected => "kubelet_rejected",
             Cause::PodsFinished => "pods_finished",
             Cause::PodsDeleted => "pods_deleted",
             Cause::GroupMemberDeleted => "group_member_deleted",
@@ -265,11 +275,14 @@ pub fn decide(me: &Member, job: &JobView, members: &[Member]) -> Plan {
     Plan::Release { cancel, pods }
 }
 
-/// Why the job of finished pods is cancelled: a lost node, deletions, or the pods' own end.
+/// Why the job of finished pods is cancelled: a lost node, the kubelet's refusal, deletions, or
+/// the pods' own end.
 fn finished_cause(members: &[Member], me: &Member) -> Cause {
     let all = || members.iter().chain(std::iter::once(me));
     if all().any(|m| m.node_lost) {
         Cause::NodeLost
+    } else if all().any(|m| m.rejected) {
+        Cause::KubeletRejected
     } else if all().any(|m| m.deleting && !m.terminal) || all().all(|m| m.deleting) {
         Cause::PodsDeleted
     } else {

@@ -148,6 +148,7 @@ impl<S: Slurm> PodCtx<S> {
                 .iter()
                 .any(|f| f == crate::wellknown::FINALIZER),
             disrupted: actions::is_disrupted(pod),
+            rejected: actions::kubelet_rejection(pod).is_some(),
         };
         (member, loss.filter(|d| !d.is_zero()))
     }
@@ -323,6 +324,9 @@ async fn release_all<S: Slurm>(
 ) -> Result<(), PodError> {
     for key in keys {
         if let Some(p) = find(pod, me, siblings, key) {
+            if actions::kubelet_rejection(p).is_some() {
+                actions::rejected_event(ctx, p).await;
+            }
             actions::release(ctx, p).await?;
         }
     }

@@ -68,6 +68,46 @@ fn node_conf_table() {
     }
 }
 
+/// The kubelet admits pods within its allocatable: Slurm gets that, whole CPUs rounded down,
+/// never the capacity (a Slurm node larger than the kubelet's allocatable gets pods placed that
+/// the kubelet rejects with OutOfcpu or OutOfmemory).
+#[test]
+fn cpus_and_memory_come_from_the_kubelets_allocatable() {
+    let with = |allocatable: serde_json::Value| -> Desired {
+        let mut n = node(json!({}), json!({}), json!({"cpu": "8", "memory": "16Gi"}));
+        let status = n.status.as_mut().unwrap();
+        status.allocatable = serde_json::from_value(allocatable).unwrap();
+        desired_plain(&n).unwrap()
+    };
+    let d = with(json!({"cpu": "6", "memory": "12Gi"}));
+    assert_eq!((d.cpus, d.cores, d.memory_mib), (6, 6, 12 * 1024));
+    // 7.9 CPUs admit no 8th whole CPU; 1 MiB and a half is 1 MiB.
+    let d = with(json!({"cpu": "7900m", "memory": "1572864"}));
+    assert_eq!((d.cpus, d.memory_mib), (7, 1));
+    // Only one of them reported: the other from capacity.
+    let d = with(json!({"memory": "2Gi"}));
+    assert_eq!((d.cpus, d.memory_mib), (8, 2048));
+    // Less than one whole CPU admitted: refused, as a node without CPUs is.
+    let mut n = node(json!({}), json!({}), json!({"cpu": "8", "memory": "16Gi"}));
+    n.status.as_mut().unwrap().allocatable =
+        serde_json::from_value(json!({"cpu": "500m", "memory": "1Gi"})).unwrap();
+    assert!(matches!(
+        desired_plain(&n),
+        Err(DesiredError::OutOfRange { ref resource, .. }) if resource == "cpu"
+    ));
+    // The re-creation check compares the same value: a Slurm node registered from the capacity
+    // (8 CPUs) is re-created with the allocatable's 6.
+    let d = with(json!({"cpu": "6", "memory": "16Gi"}));
+    let slurm: SlurmNode = serde_json::from_value(json!({
+        "cpus": 8, "cores": 8, "sockets": 1, "real_memory": 16384, "gres": ""
+    }))
+    .unwrap();
+    assert_eq!(
+        recreate_reasons(&d, &slurm),
+        vec!["CPUs 8 -> 6", "cores 8 -> 6"]
+    );
+}
+
 #[test]
 fn refused_nodes_say_why() {
     let cases: Vec<(Node, DesiredError)> = vec![

@@ -459,3 +459,40 @@ fn a_finished_pod_without_a_job_only_loses_its_finalizer() {
         );
     }
 }
+
+#[test]
+fn a_pod_the_kubelet_rejected_ends_its_job_once() {
+    let rejected = Member {
+        terminal: true,
+        containers_running: false,
+        rejected: true,
+        ..running_pod("ns/a")
+    };
+    let active = job(1, &[JobState::Running]);
+    assert_eq!(
+        decide(
+            &rejected,
+            &JobView::Known(&active),
+            std::slice::from_ref(&rejected)
+        ),
+        Plan::Release {
+            cancel: Some((1, Cause::KubeletRejected)),
+            pods: vec!["ns/a".into()],
+        }
+    );
+    // Once cancelled and released, nothing more: no second cancel, no resubmission.
+    let released = Member {
+        has_finalizer: false,
+        ..rejected.clone()
+    };
+    let cancelled = job(1, &[JobState::Cancelled]);
+    assert_eq!(
+        decide(
+            &released,
+            &JobView::Known(&cancelled),
+            std::slice::from_ref(&released)
+        ),
+        Plan::Keep
+    );
+    assert_eq!(Cause::KubeletRejected.reason(), "KubeletRejected");
+}
