@@ -168,7 +168,11 @@ impl ClientBuilder {
         http.set_connect_timeout(Some(self.connect_timeout));
         let tls = hyper_rustls::HttpsConnectorBuilder::new();
         let tls = match self.tls {
-            Some(config) => tls.with_tls_config(config),
+            // The connector sets ALPN itself (and panics on a config that already has it).
+            Some(mut config) => {
+                config.alpn_protocols.clear();
+                tls.with_tls_config(config)
+            }
             None => tls
                 .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
                 .map_err(|e| Error::config(format!("TLS setup failed: {e}")))?,

@@ -183,26 +183,47 @@ readinessProbe:
   periodSeconds: 5
 {{- end -}}
 
-{{/* Environment of the processes that call Slurm. */}}
+{{/* Environment of the processes that call Slurm. Call with (list $ verbosity). */}}
 {{- define "slurm-bridge.env" -}}
+{{- $ := index . 0 -}}
 - name: SLURM_JWT_FILE
   value: /var/run/secrets/slurm/auth-token
+{{- if $.Values.sharedConfig.slurmCaSecret }}
+- name: SLURM_CA_FILE
+  value: /var/run/secrets/slurm/ca.crt
+{{- end }}
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
 - name: RUST_LOG
-  value: {{ include "slurm-bridge.logLevel" . | quote }}
+  value: {{ include "slurm-bridge.logLevel" (index . 1) | quote }}
 {{- end -}}
 
 {{/* The Slurm token volume: the Secret's key mounted as /var/run/secrets/slurm/auth-token. */}}
 {{- define "slurm-bridge.jwtVolume" -}}
+{{- $ca := .Values.sharedConfig.slurmCaSecret -}}
 - name: slurm-token
+{{- if $ca }}
+  projected:
+    sources:
+      - secret:
+          name: {{ include "slurm-bridge.jwtSecretName" . }}
+          items:
+            - key: {{ include "slurm-bridge.jwtSecretKey" . }}
+              path: auth-token
+      - secret:
+          name: {{ if kindIs "map" $ca }}{{ required "sharedConfig.slurmCaSecret.name is required" $ca.name }}{{ else }}{{ $ca }}{{ end }}
+          items:
+            - key: {{ if and (kindIs "map" $ca) $ca.key }}{{ $ca.key }}{{ else }}ca.crt{{ end }}
+              path: ca.crt
+{{- else }}
   secret:
     secretName: {{ include "slurm-bridge.jwtSecretName" . }}
     items:
       - key: {{ include "slurm-bridge.jwtSecretKey" . }}
         path: auth-token
+{{- end }}
 {{- end -}}
 
 {{/* PodDisruptionBudget of a component (only with more than one replica). Call with (list $ "scheduler" replicas). */}}

@@ -271,7 +271,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// The Slurm client from the config URL and `SLURM_JWT_FILE` (re-read when it changes), or
-/// `SLURM_JWT`.
+/// `SLURM_JWT`. With `SLURM_CA_FILE` (PEM), an `https://` slurmRestApi is trusted only when its
+/// certificate chains to one of that file's CAs (a site's private CA); without it, to the
+/// public web roots.
 pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
     if cfg.slurm_rest_api.is_empty() {
         bail!(
@@ -285,15 +287,70 @@ pub fn slurm_client(cfg: &Config) -> anyhow::Result<slurm_rest::Client> {
             "no Slurm token: set SLURM_JWT_FILE to a file holding the JWT (re-read when it changes), or SLURM_JWT"
         ),
     };
-    slurm_rest::Client::builder(cfg.slurm_rest_api.clone())
-        .token(token)
+    let mut builder = slurm_rest::Client::builder(cfg.slurm_rest_api.clone()).token(token);
+    if let Ok(path) = std::env::var("SLURM_CA_FILE")
+        && !path.is_empty()
+    {
+        builder = builder.tls_config(private_ca_tls(std::path::Path::new(&path))?);
+    }
+    builder
         .build()
         .with_context(|| format!("creating the Slurm client for {}", cfg.slurm_rest_api))
+}
+
+/// TLS towards slurmrestd trusting exactly the CA certificates of the PEM file `path`.
+pub fn private_ca_tls(path: &std::path::Path) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let pem =
+        std::fs::read(path).with_context(|| format!("reading SLURM_CA_FILE {}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert
+            .with_context(|| format!("SLURM_CA_FILE {}: not a PEM certificate", path.display()))?;
+        roots.add(cert).with_context(|| {
+            format!(
+                "SLURM_CA_FILE {}: a certificate is not a CA",
+                path.display()
+            )
+        })?;
+    }
+    if roots.is_empty() {
+        bail!(
+            "SLURM_CA_FILE {}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+            path.display()
+        );
+    }
+    Ok(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .context("TLS towards slurmrestd")?
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("slurm-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ca.crt");
+        std::fs::write(&file, "not a certificate\n").unwrap();
+        let e = format!("{:#}", private_ca_tls(&file).unwrap_err());
+        assert!(
+            e.contains("SLURM_CA_FILE") && e.contains("no PEM certificate"),
+            "{e}"
+        );
+        let e = format!("{:#}", private_ca_tls(&dir.join("missing")).unwrap_err());
+        assert!(e.contains("reading SLURM_CA_FILE"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn durations() {
