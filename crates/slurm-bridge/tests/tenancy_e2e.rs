@@ -324,13 +324,17 @@ async fn a_tenants_pods_run_as_its_user_and_account_and_what_it_refuses_never_re
             p.metadata.namespace.as_deref().unwrap(),
             p.metadata.name.as_deref().unwrap()
         );
-        wait_for(&format!("sacct AdminComment of job {id}"), TIMEOUT, || async {
-            let rows = sacct(&env);
-            match rows.iter().find(|r| r["JobID"] == id) {
-                Some(r) if r["AdminComment"].contains(&format!("\"{key}\"")) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
+        wait_for(
+            &format!("sacct AdminComment of job {id}"),
+            TIMEOUT,
+            || async {
+                let rows = sacct(&env);
+                match rows.iter().find(|r| r["JobID"] == id) {
+                    Some(r) if r["AdminComment"].contains(&format!("\"{key}\"")) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
         .await;
     }
     env.assert_invariants().await;
