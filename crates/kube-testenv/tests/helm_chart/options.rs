@@ -1,5 +1,6 @@
 //! What the options render: the pre-delete hook, the split and run modes, certificates,
-//! high availability, admission disabled, and the fixed quirks of the reference chart.
+//! high availability, admission disabled, which pods the webhooks are sent, and the fixed quirks
+//! of the reference chart.
 
 use crate::support::{CASES, NAMESPACE, PREFIX, documents, find, kinds, render, strings};
 
@@ -119,10 +120,19 @@ fn the_options_render_what_they_say() {
         }
         find(&docs, "Service", &format!("{PREFIX}-{c}-metrics"));
     }
-    assert!(
-        !kinds(&docs)
-            .iter()
-            .any(|k| k.starts_with("PodDisruptionBudget/"))
+    // Only admission has two replicas and a PodDisruptionBudget by default (issue 40).
+    let pdbs: Vec<String> = kinds(&docs)
+        .into_iter()
+        .filter(|k| k.starts_with("PodDisruptionBudget/"))
+        .collect();
+    assert_eq!(pdbs, [format!("PodDisruptionBudget/{PREFIX}-admission")]);
+    let adm = find(&docs, "Deployment", &format!("{PREFIX}-admission"));
+    assert_eq!(adm["spec"]["replicas"], 2);
+    let pdb = find(&docs, "PodDisruptionBudget", &format!("{PREFIX}-admission"));
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        adm["spec"]["selector"]["matchLabels"]
     );
     // cert-manager by default: the CA is injected, the serving certificate mounted.
     let m = find(
@@ -257,6 +267,132 @@ fn the_options_render_what_they_say() {
         "{:?}",
         kinds(&docs)
     );
+}
+
+/// The webhooks' matchConditions and namespaceSelectors, per configuration.
+fn webhook_entries(docs: &[serde_json::Value]) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let c = find(docs, kind, &format!("{PREFIX}-admission"));
+        for w in c["webhooks"].as_array().unwrap() {
+            out.push((kind.to_string(), w.clone()));
+        }
+    }
+    out
+}
+
+/// Issue 40: the API server sends the webhooks only the bridge's pods. A pod naming the bridge
+/// scheduler (CREATE, UPDATE; any namespace but kube-system and the release namespace, by a CEL
+/// matchCondition), and on CREATE a pod naming no scheduler in a managed namespace (a
+/// namespaceSelector from `managedNamespaces` or `managedNamespaceSelector`). The configurations
+/// on a real API server: `webhook_outage_e2e` (slurm-bridge).
+#[test]
+fn the_webhooks_are_sent_only_the_bridges_pods() {
+    use serde_json::json;
+    let excluded = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+        "values": ["kube-system", NAMESPACE]});
+    let scheduler_condition = |name: &str| {
+        json!([{"name": "names-the-bridge-scheduler", "expression":
+            format!("has(object.spec.schedulerName) && object.spec.schedulerName == '{name}'")}])
+    };
+    let default_condition = json!([{"name": "names-no-scheduler", "expression":
+        "!has(object.spec.schedulerName) || object.spec.schedulerName == '' || object.spec.schedulerName == 'default-scheduler'"}]);
+    let check = |sets: &[&str], scheduler: &str, managed: Option<serde_json::Value>| {
+        let entries = webhook_entries(&documents(&render(sets)));
+        assert_eq!(
+            entries.len(),
+            if managed.is_some() { 4 } else { 2 },
+            "{sets:?}"
+        );
+        for (kind, w) in &entries {
+            let mutating = kind == "MutatingWebhookConfiguration";
+            match w["name"].as_str().unwrap() {
+                "pods.slinky.slurm.net" => {
+                    assert_eq!(
+                        w["matchConditions"],
+                        scheduler_condition(scheduler),
+                        "{sets:?}"
+                    );
+                    assert_eq!(
+                        w["namespaceSelector"],
+                        json!({"matchExpressions": [excluded]})
+                    );
+                    assert_eq!(w["rules"][0]["operations"], json!(["CREATE", "UPDATE"]));
+                    let resources = if mutating {
+                        json!(["pods"])
+                    } else {
+                        json!(["pods", "pods/resize"])
+                    };
+                    assert_eq!(w["rules"][0]["resources"], resources);
+                }
+                "managed-namespaces.pods.slinky.slurm.net" => {
+                    assert_eq!(w["matchConditions"], default_condition, "{sets:?}");
+                    assert_eq!(Some(&w["namespaceSelector"]), managed.as_ref(), "{sets:?}");
+                    assert_eq!(w["rules"][0]["operations"], json!(["CREATE"]));
+                    assert_eq!(w["rules"][0]["resources"], json!(["pods"]));
+                }
+                other => panic!("unexpected webhook {other} in {kind}"),
+            }
+            let path = if mutating {
+                "/mutate--v1-pod"
+            } else {
+                "/validate--v1-pod"
+            };
+            assert_eq!(w["clientConfig"]["service"]["path"], path);
+        }
+    };
+    // managedNamespaces: an In on the name label every namespace has.
+    check(
+        &[],
+        "slurm-bridge-scheduler",
+        Some(json!({"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["slurm-bridge"]},
+            excluded]})),
+    );
+    check(
+        &[
+            "admission.managedNamespaces={a,b}",
+            "schedulerConfig.schedulerName=hpc",
+        ],
+        "hpc",
+        Some(json!({"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]},
+            excluded]})),
+    );
+    // No managed namespace: only pods naming the bridge scheduler.
+    check(
+        &["admission.managedNamespaces=null"],
+        "slurm-bridge-scheduler",
+        None,
+    );
+    // managedNamespaceSelector: as given, label values as strings (`--set ...=true` is a bool).
+    check(
+        &["admission.managedNamespaceSelector.matchLabels.slurm-bridge/managed=true"],
+        "slurm-bridge-scheduler",
+        Some(json!({"matchLabels": {"slurm-bridge/managed": "true"},
+            "matchExpressions": [excluded]})),
+    );
+    check(
+        &[
+            "admission.managedNamespaceSelector.matchExpressions[0].key=tier",
+            "admission.managedNamespaceSelector.matchExpressions[0].operator=In",
+            "admission.managedNamespaceSelector.matchExpressions[0].values={1,hpc}",
+        ],
+        "slurm-bridge-scheduler",
+        Some(json!({"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["1", "hpc"]}, excluded]})),
+    );
+    // failurePolicy and timeoutSeconds reach every webhook.
+    for (_, w) in webhook_entries(&documents(&render(&[
+        "admission.failurePolicy=Ignore",
+        "admission.timeoutSeconds=3",
+    ]))) {
+        assert_eq!(w["failurePolicy"], "Ignore");
+        assert_eq!(w["timeoutSeconds"], 3);
+    }
 }
 
 /// Reference quirk 19: the controllers Deployment took `admission.resources`, and the scheduler's
