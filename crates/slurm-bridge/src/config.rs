@@ -28,6 +28,10 @@ pub struct Config {
     /// Slurm settings for pods of a Kubernetes PriorityClass, by class name (this project's
     /// field; the original has none). `slurmjob.*` annotations win over it.
     pub priority_classes: BTreeMap<String, PriorityMapping>,
+    /// This Kubernetes cluster's name in what the bridge writes to Slurm (job admin_comments,
+    /// node comments), so bridges of several clusters sharing one Slurm touch only their own
+    /// jobs and nodes. Empty: unnamed (one cluster per Slurm).
+    pub cluster_name: String,
     /// Who jobs of each namespace run as and may ask for in Slurm ([`crate::tenancy`]); the
     /// first tenant covering a namespace is its tenant.
     pub tenants: Vec<crate::tenancy::Tenant>,
@@ -87,7 +91,7 @@ pub enum ConfigError {
 }
 
 /// Field names, lower-cased for matching.
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 10] = [
     "schedulername",
     "slurmrestapi",
     "managednamespaces",
@@ -97,6 +101,7 @@ const FIELDS: [&str; 9] = [
     "priorityclasses",
     "tenants",
     "defaulttenant",
+    "clustername",
 ];
 
 fn type_name(v: &Value) -> &'static str {
@@ -168,6 +173,13 @@ impl Config {
                     cfg.partition = string_field(&key, v, "a Slurm partition name (no spaces)")?
                 }
                 "priorityclasses" => cfg.priority_classes = priority_classes(&key, v)?,
+                "clustername" => {
+                    cfg.cluster_name = string_field(
+                        &key,
+                        v,
+                        "a cluster name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])",
+                    )?
+                }
                 "tenants" => cfg.tenants = crate::tenancy::tenant::parse_list(&key, v)?,
                 "defaulttenant" => {
                     cfg.default_tenant = match v {
@@ -189,6 +201,13 @@ impl Config {
                 "schedulerName",
                 format!("{:?} is not a valid label value", self.scheduler_name),
                 "a scheduler name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])",
+            ));
+        }
+        if !is_label_value(&self.cluster_name) {
+            return Err(field_err(
+                "clusterName",
+                format!("{:?} is not a valid label value", self.cluster_name),
+                "a cluster name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])",
             ));
         }
         if !self.slurm_rest_api.is_empty() && !is_http_url(&self.slurm_rest_api) {
@@ -454,6 +473,10 @@ mod tests {
             "kubernetes"
         );
         assert_eq!(
+            Config::from_yaml("clusterName: east").unwrap().cluster_name,
+            "east"
+        );
+        assert_eq!(
             Config::from_yaml("partition: slurm-bridge")
                 .unwrap()
                 .partition,
@@ -533,6 +556,7 @@ mod tests {
             ),
             ("mcsLabel: {a: b}", "mcsLabel"),
             ("partition: 'a b'", "partition"),
+            ("clusterName: 'east coast'", "clusterName"),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(yaml).unwrap_err().to_string();

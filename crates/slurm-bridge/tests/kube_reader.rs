@@ -171,8 +171,11 @@ async fn kube_reader_translates_like_the_manifest_reader() {
             ))
         );
         // The admin_comment carries the server's uids.
-        let comment =
-            slurm_bridge::workload::job_desc::admin_comment(&from_kube.ir, &from_kube.group_key);
+        let comment = slurm_bridge::workload::job_desc::admin_comment(
+            &from_kube.ir,
+            &from_kube.group_key,
+            &cfg,
+        );
         assert_eq!(comment.uids.len(), comment.pods.len());
         assert!(
             comment

@@ -283,6 +283,9 @@ schedulerName: {{ .Values.schedulerConfig.schedulerName | quote }}
 slurmRestApi: {{ .Values.sharedConfig.slurmRestApi | quote }}
 mcsLabel: {{ .Values.schedulerConfig.mcsLabel | quote }}
 partition: {{ .Values.schedulerConfig.partition | quote }}
+{{- with .Values.schedulerConfig.clusterName }}
+clusterName: {{ . | quote }}
+{{- end }}
 {{- with .Values.schedulerConfig.priorityClasses }}
 priorityClasses:
   {{- toYaml . | nindent 2 }}

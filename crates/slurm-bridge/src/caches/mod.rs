@@ -112,6 +112,8 @@ pub struct CacheOptions {
     pub job_reads_in_flight: usize,
     /// Also cache PVCs, PVs and StorageClasses (what the scheduler's volume rules read).
     pub volumes: bool,
+    /// The bridge's cluster name: the job watcher keeps only this cluster's jobs.
+    pub cluster: Option<String>,
 }
 
 impl CacheOptions {
@@ -127,6 +129,7 @@ impl CacheOptions {
             node_poll_interval,
             job_reads_in_flight: JobWatcherConfig::default().fetch_concurrency,
             volumes: false,
+            cluster: Some(config.cluster_name.clone()).filter(|c| !c.is_empty()),
         }
     }
 }
@@ -252,6 +255,7 @@ impl<S: SlurmJobs + SlurmNodes> Caches<S> {
             JobWatcherConfig {
                 interval: opts.job_poll_interval,
                 fetch_concurrency: opts.job_reads_in_flight,
+                cluster: opts.cluster.clone(),
                 ..Default::default()
             },
         );

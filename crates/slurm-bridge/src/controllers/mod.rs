@@ -131,6 +131,7 @@ pub fn run_with<S: Slurm + NodeControl>(
         scheduler_name: opts.config.scheduler_name.clone(),
         workers: opts.node_workers,
         resync: opts.resync,
+        cluster: Some(opts.config.cluster_name.clone()).filter(|c| !c.is_empty()),
     };
     let (ready_tx, ready_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);

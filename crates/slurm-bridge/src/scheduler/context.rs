@@ -497,6 +497,7 @@ mod tests {
                 group: Some("ns/g".into()),
                 uids: vec![],
                 desc: None,
+                cluster: None,
             },
         })
     }

@@ -22,9 +22,19 @@ pub struct WatchedJob {
 }
 
 impl WatchedJob {
-    /// Builds the record from a job Slurm returned; `None` when it is not a bridge job.
+    /// Builds the record from a job Slurm returned; `None` when it is not a bridge job (for a
+    /// bridge without `clusterName`: see [`WatchedJob::from_info_of`]).
     pub fn from_info(job: &JobInfo) -> Option<WatchedJob> {
+        Self::from_info_of(job, None)
+    }
+
+    /// Builds the record from a job Slurm returned; `None` when it is not a job of the bridge
+    /// of cluster `cluster` ([`AdminComment::belongs_to`]).
+    pub fn from_info_of(job: &JobInfo, cluster: Option<&str>) -> Option<WatchedJob> {
         let comment = AdminComment::decode(job.admin_comment.as_deref()?).ok()?;
+        if !comment.belongs_to(cluster) {
+            return None;
+        }
         Some(WatchedJob {
             job_id: job.job_id,
             state: job.job_state.clone(),
@@ -187,6 +197,7 @@ mod tests {
                 group: Some(group.into()),
                 uids: vec![],
                 desc: None,
+                cluster: None,
             },
         }
     }

@@ -43,6 +43,8 @@ pub struct JobWatcherConfig {
     pub fast_interval: Duration,
     /// How long after its submit or update a pending job keeps the poll at `fast_interval`.
     pub fast_window: Duration,
+    /// The bridge's cluster name (config `clusterName`): jobs stamped with another are foreign.
+    pub cluster: Option<String>,
 }
 
 impl Default for JobWatcherConfig {
@@ -55,6 +57,7 @@ impl Default for JobWatcherConfig {
             reason_tick: Duration::from_secs(1),
             fast_interval: Duration::from_millis(100),
             fast_window: Duration::from_secs(10),
+            cluster: None,
         }
     }
 }
@@ -224,7 +227,11 @@ impl<S: SlurmJobs> JobWatcher<S> {
     /// or is no longer the bridge's. Returns the bridge job.
     fn absorb(&self, job_id: u32, info: Option<JobInfo>, always: bool) -> Option<Arc<WatchedJob>> {
         let mut index = self.index.write_locked();
-        match info.as_ref().and_then(WatchedJob::from_info) {
+        let cluster = self.config.cluster.as_deref();
+        match info
+            .as_ref()
+            .and_then(|i| WatchedJob::from_info_of(i, cluster))
+        {
             Some(job) => self.put(index, job, always),
             None => {
                 let old = index.remove(job_id);
@@ -421,12 +428,14 @@ impl<S: SlurmJobs> JobWatcher<S> {
         while let Some((id, answer)) = answers.next().await {
             self.stats.fetches.fetch_add(1, Ordering::Relaxed);
             match answer {
-                Ok(Some(info)) => match WatchedJob::from_info(&info) {
-                    Some(job) => {
-                        index.upsert(job);
+                Ok(Some(info)) => {
+                    match WatchedJob::from_info_of(&info, self.config.cluster.as_deref()) {
+                        Some(job) => {
+                            index.upsert(job);
+                        }
+                        None => index.mark_foreign(id),
                     }
-                    None => index.mark_foreign(id),
-                },
+                }
                 Ok(None) => {}
                 Err(e) => {
                     failed.push(id);

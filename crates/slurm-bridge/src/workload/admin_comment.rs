@@ -24,6 +24,10 @@ pub struct AdminComment {
     /// (absent in jobs made by the Go original and before issue 22: those get one update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desc: Option<String>,
+    /// The Kubernetes cluster whose bridge made the job (config `clusterName`), so bridges of
+    /// several clusters sharing one Slurm each count, adopt, sweep and cancel only their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// Why an admin_comment is not a bridge job's.
@@ -45,6 +49,23 @@ impl AdminComment {
     /// component that follows a job to its pods (scheduler, pod controller, sweep) reads them so.
     pub fn pod_names(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pods.iter().filter_map(|p| p.split_once('/'))
+    }
+
+    /// This comment stamped with the bridge's cluster name (none: left unstamped).
+    pub fn with_cluster(mut self, cluster: Option<&str>) -> Self {
+        self.cluster = cluster.filter(|c| !c.is_empty()).map(str::to_string);
+        self
+    }
+
+    /// Whether a bridge of cluster `ours` (`None`: no `clusterName`) owns the job: a job stamped
+    /// with its cluster, or an unstamped one (made before clusters were named, or by the Go
+    /// original). A bridge without a name never touches a stamped job.
+    pub fn belongs_to(&self, ours: Option<&str>) -> bool {
+        match (self.cluster.as_deref(), ours.filter(|c| !c.is_empty())) {
+            (None, _) => true,
+            (Some(theirs), Some(ours)) => theirs == ours,
+            (Some(_), None) => false,
+        }
     }
 
     /// Whether the comment may stand for the pod `key` (`ns/name`) with `uid`: it names that pod
@@ -77,6 +98,7 @@ impl AdminComment {
             },
             group,
             desc: None,
+            cluster: None,
         }
     }
 
@@ -126,11 +148,16 @@ impl AdminComment {
             _ => Vec::new(),
         };
         let desc = map.get("desc").and_then(Value::as_str).map(str::to_string);
+        let cluster = map
+            .get("cluster")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         Ok(AdminComment {
             pods,
             group,
             uids,
             desc,
+            cluster,
         })
     }
 }
@@ -241,6 +268,22 @@ mod tests {
         let a = AdminComment::new(None, [("ns/a".to_string(), None)]);
         assert_eq!(a, AdminComment::decode(r#"{"pods":["ns/a"]}"#).unwrap());
         assert_ne!(a, AdminComment::default());
+    }
+
+    #[test]
+    fn a_job_belongs_to_its_clusters_bridge_and_unstamped_jobs_to_any() {
+        let c = AdminComment::new(None, [("ns/a".to_string(), None)]);
+        let east = c.clone().with_cluster(Some("east"));
+        assert_eq!(east.encode(), r#"{"pods":["ns/a"],"cluster":"east"}"#);
+        assert_eq!(AdminComment::decode(&east.encode()).unwrap(), east);
+        assert!(east.belongs_to(Some("east")));
+        assert!(!east.belongs_to(Some("west")));
+        assert!(
+            !east.belongs_to(None),
+            "an unnamed bridge leaves named jobs alone"
+        );
+        assert!(c.belongs_to(Some("east")) && c.belongs_to(None));
+        assert_eq!(c.clone().with_cluster(Some("")), c);
     }
 
     #[test]

@@ -16,12 +16,14 @@ fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
-/// The admin_comment of the group's external job: sorted pods, their uids, the group key.
-pub fn admin_comment(ir: &SlurmJobIr, group_key: &str) -> AdminComment {
+/// The admin_comment of the group's external job: sorted pods, their uids, the group key, and
+/// the config's `clusterName`.
+pub fn admin_comment(ir: &SlurmJobIr, group_key: &str, cfg: &Config) -> AdminComment {
     AdminComment::new(
         Some(group_key.to_string()),
         ir.pods.iter().map(|p| (pod_key(p), p.metadata.uid.clone())),
     )
+    .with_cluster(Some(&cfg.cluster_name))
 }
 
 /// The job name when neither the `job-name` annotation nor the kind (PodGroup, LeaderWorkerSet)
@@ -75,7 +77,7 @@ pub fn build(
     let j = &ir.job;
     JobDescMsg {
         flags: Some(vec![JobFlag::ExternalJob]),
-        admin_comment: Some(admin_comment(ir, group_key).encode()),
+        admin_comment: Some(admin_comment(ir, group_key, cfg).encode()),
         current_working_directory: Some(WORKING_DIRECTORY.to_string()),
         name: Some(j.job_name.clone().unwrap_or_else(|| default_job_name(ir))),
         partition: granted

@@ -132,6 +132,28 @@ impl Env {
         Self::start_with(slurm_opts, opts).await
     }
 
+    /// A control plane of its own beside `slurm`, a Slurm another Env uses too (several
+    /// Kubernetes clusters sharing one Slurm).
+    pub async fn start_sharing(
+        slurm: Arc<slurm_testenv::Instance>,
+        kube_opts: kube_testenv::InstanceOptions,
+    ) -> Env {
+        init_tracing();
+        let kube_env = kube_testenv::Instance::start(kube_opts)
+            .await
+            .expect("start the Kubernetes control plane");
+        let kube = kube_env.client();
+        let rest = rest_client(&slurm);
+        Env {
+            slurm,
+            kube_env,
+            kube,
+            rest,
+            stop: None,
+            handle: None,
+        }
+    }
+
     /// Real Slurm and a real control plane, started side by side.
     pub async fn start_with(
         slurm_opts: slurm_testenv::InstanceOptions,

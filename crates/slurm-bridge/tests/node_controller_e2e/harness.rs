@@ -126,6 +126,7 @@ impl Harness {
                 scheduler_name: e2e::SCHEDULER.into(),
                 workers: 2,
                 resync: Duration::from_secs(300),
+                cluster: None,
             },
             self.metrics.clone(),
             async move {

@@ -29,7 +29,7 @@ async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
 
     // The original's registration (labelled, no comment): adopted.
     h.wait_slurm("node-5", "marked as the bridge's", |n| {
-        n.comment.as_deref() == Some(ownership::owner_comment("node-5").as_str())
+        n.comment.as_deref() == Some(ownership::owner_comment("node-5", None).as_str())
     })
     .await;
     // Each foreign node: one warning.
@@ -71,7 +71,7 @@ async fn only_nodes_the_bridge_registered_are_changed_or_removed() {
     let s = h.slurm_node("node-5").await.expect("node-5 after restart");
     assert_eq!(
         s.comment.as_deref(),
-        Some(ownership::owner_comment("node-5").as_str()),
+        Some(ownership::owner_comment("node-5", None).as_str()),
         "{s:?}"
     );
     // So the adopted node is the bridge's: removed when its label goes.
@@ -106,10 +106,10 @@ async fn a_deleted_kubernetes_node_loses_its_slurm_node() {
     for n in ["node-1", "node-2", "node-3"] {
         let s = h
             .wait_slurm(n, "registered and marked", |s| {
-                ownership::owner(s).is_some()
+                ownership::owner(s, None).is_some()
             })
             .await;
-        assert_eq!(ownership::owner(&s), Some(n), "{s:?}");
+        assert_eq!(ownership::owner(&s, None), Some(n), "{s:?}");
     }
 
     // Idle: removed.

@@ -64,6 +64,9 @@ pub struct NodeControllerOptions {
     /// Every node is reconciled this often as a safety net (e.g. 5 minutes); changes are
     /// handled when they happen.
     pub resync: Duration,
+    /// The bridge's cluster name (config `clusterName`), written in the mark of every node it
+    /// registers; nodes marked by another cluster's bridge are left alone.
+    pub cluster: Option<String>,
 }
 
 /// Retry of a removal waiting for its node to go idle, in case the listing's change is missed.

@@ -52,10 +52,11 @@ async fn sweep<S: NodeControl, C: SlurmNodes>(
     let listing = ctx.slurm_nodes.nodes();
     let kube_names =
         || -> BTreeSet<String> { nodes.state().iter().map(|n| slurm_node_name(n)).collect() };
-    let candidates: Vec<String> = ownership::orphans(listing.values(), &kube_names())
-        .into_iter()
-        .map(|n| n.name.clone())
-        .collect();
+    let candidates: Vec<String> =
+        ownership::orphans(listing.values(), &kube_names(), ctx.opts.cluster.as_deref())
+            .into_iter()
+            .map(|n| n.name.clone())
+            .collect();
     let mut waiting = false;
     for name in candidates {
         waiting |= remove(ctx, &name, &kube_names).await?;
@@ -79,8 +80,9 @@ async fn remove<S: NodeControl, C: SlurmNodes>(
         let Some(s) = fresh else {
             return Ok(false);
         };
-        let still_orphan = !ownership::orphans([&s], &kube_names()).is_empty();
-        let Some(kube) = ownership::owner(&s).filter(|_| still_orphan) else {
+        let cluster = ctx.opts.cluster.as_deref();
+        let still_orphan = !ownership::orphans([&s], &kube_names(), cluster).is_empty();
+        let Some(kube) = ownership::owner(&s, cluster).filter(|_| still_orphan) else {
             return Ok(false);
         };
         let removal = Removal::NodeDeleted(kube.to_string());

@@ -6,6 +6,11 @@
 //! `Extra=` in the `node_conf` line); slurmctld keeps the comment in its saved state, so it
 //! survives restarts (tried with slurm-testenv's `restart slurmctld`).
 //!
+//! With `clusterName` set, the mark names the cluster (`... node <name> in cluster <c>`): a node
+//! marked by another cluster's bridge is foreign; a mark without a cluster is anyone's (as
+//! unstamped jobs are, [`crate::workload::admin_comment::AdminComment::belongs_to`]); a bridge
+//! without a name leaves nodes marked with one alone.
+//!
 //! The Go original writes no mark. To take over its registrations during a cutover, an
 //! external node with **no comment at all** whose Kubernetes node carries the external-node
 //! label is adopted (marked): the original registers only labelled nodes, and labelling a node
@@ -18,14 +23,38 @@ use slurm_rest::models::Node as SlurmNode;
 /// The start of every comment the bridge writes on a node it registered.
 pub const COMMENT_MARK: &str = "slurm-bridge: registered for Kubernetes node ";
 
-/// The comment marking a Slurm node registered for Kubernetes node `kube_name`.
-pub fn owner_comment(kube_name: &str) -> String {
-    format!("{COMMENT_MARK}{kube_name}")
+/// Between the Kubernetes node's name and the cluster's in a mark.
+const CLUSTER_MARK: &str = " in cluster ";
+
+/// The comment marking a Slurm node registered for Kubernetes node `kube_name` by the bridge
+/// of cluster `cluster`.
+pub fn owner_comment(kube_name: &str, cluster: Option<&str>) -> String {
+    match cluster.filter(|c| !c.is_empty()) {
+        Some(c) => format!("{COMMENT_MARK}{kube_name}{CLUSTER_MARK}{c}"),
+        None => format!("{COMMENT_MARK}{kube_name}"),
+    }
 }
 
-/// The Kubernetes node a marked Slurm node was registered for (None: not marked).
-pub fn owner(slurm: &SlurmNode) -> Option<&str> {
-    slurm.comment.as_deref()?.strip_prefix(COMMENT_MARK)
+/// The Kubernetes node a marked Slurm node was registered for, and the cluster the mark names
+/// (None: not marked).
+pub fn marked(slurm: &SlurmNode) -> Option<(&str, Option<&str>)> {
+    let rest = slurm.comment.as_deref()?.strip_prefix(COMMENT_MARK)?;
+    Some(match rest.split_once(CLUSTER_MARK) {
+        Some((node, cluster)) => (node, Some(cluster)),
+        None => (rest, None),
+    })
+}
+
+/// The Kubernetes node a Slurm node was registered for by the bridge of cluster `cluster`
+/// (None: not marked, or marked by another cluster's bridge).
+pub fn owner<'a>(slurm: &'a SlurmNode, cluster: Option<&str>) -> Option<&'a str> {
+    let (node, theirs) = marked(slurm)?;
+    let ours = cluster.filter(|c| !c.is_empty());
+    match (theirs, ours) {
+        (None, _) => Some(node),
+        (Some(t), Some(o)) if t == o => Some(node),
+        _ => None,
+    }
 }
 
 /// What the bridge may do with an existing Slurm node.
@@ -43,13 +72,13 @@ pub enum Ownership {
     Foreign,
 }
 
-/// The ownership of `slurm`; `labelled` is whether its Kubernetes node has the external-node
-/// label.
-pub fn ownership(slurm: &SlurmNode, labelled: bool) -> Ownership {
+/// The ownership of `slurm` for the bridge of cluster `cluster`; `labelled` is whether its
+/// Kubernetes node has the external-node label.
+pub fn ownership(slurm: &SlurmNode, labelled: bool, cluster: Option<&str>) -> Ownership {
     if !is_external(slurm) {
         return Ownership::NotExternal;
     }
-    if owner(slurm).is_some() {
+    if owner(slurm, cluster).is_some() {
         return Ownership::Ours;
     }
     let unmarked = slurm.comment.as_deref().is_none_or(|c| c.trim().is_empty());
@@ -82,15 +111,17 @@ pub fn foreign_warning(slurm: &SlurmNode, labelled: bool) -> String {
     }
 }
 
-/// The Slurm nodes the bridge registered whose Kubernetes node is gone: marked, external, and
-/// named by no Kubernetes node in `kube_slurm_names` (the Slurm names of the Kubernetes nodes).
+/// The Slurm nodes the bridge of cluster `cluster` registered whose Kubernetes node is gone:
+/// marked by it, external, and named by no Kubernetes node in `kube_slurm_names` (the Slurm
+/// names of the Kubernetes nodes).
 pub fn orphans<'a>(
     slurm_nodes: impl IntoIterator<Item = &'a SlurmNode>,
     kube_slurm_names: &std::collections::BTreeSet<String>,
+    cluster: Option<&str>,
 ) -> Vec<&'a SlurmNode> {
     slurm_nodes
         .into_iter()
-        .filter(|n| is_external(n) && owner(n).is_some())
+        .filter(|n| is_external(n) && owner(n, cluster).is_some())
         .filter(|n| !kube_slurm_names.contains(&n.name))
         .collect()
 }
@@ -116,7 +147,7 @@ mod tests {
 
     #[test]
     fn ownership_table() {
-        let ours = owner_comment("k1");
+        let ours = owner_comment("k1", None);
         let cases = [
             // (external, comment, labelled, expected)
             (true, Some(ours.as_str()), true, Ownership::Ours),
@@ -137,7 +168,7 @@ mod tests {
         for (external, comment, labelled, want) in cases {
             let n = node("s1", external, comment);
             assert_eq!(
-                ownership(&n, labelled),
+                ownership(&n, labelled, None),
                 want,
                 "external={external} comment={comment:?} labelled={labelled}"
             );
@@ -146,21 +177,48 @@ mod tests {
 
     #[test]
     fn owner_reads_back_the_kubernetes_name() {
-        let n = node("s1", true, Some(&owner_comment("kube-a")));
-        assert_eq!(owner(&n), Some("kube-a"));
-        assert_eq!(owner(&node("s1", true, Some("x"))), None);
+        let n = node("s1", true, Some(&owner_comment("kube-a", None)));
+        assert_eq!(owner(&n, None), Some("kube-a"));
+        assert_eq!(owner(&node("s1", true, Some("x")), None), None);
+    }
+
+    #[test]
+    fn a_node_marked_by_another_clusters_bridge_is_foreign() {
+        let east = node("s1", true, Some(&owner_comment("kube-a", Some("east"))));
+        assert_eq!(
+            east.comment.as_deref(),
+            Some("slurm-bridge: registered for Kubernetes node kube-a in cluster east")
+        );
+        assert_eq!(owner(&east, Some("east")), Some("kube-a"));
+        assert_eq!(ownership(&east, true, Some("east")), Ownership::Ours);
+        assert_eq!(owner(&east, Some("west")), None);
+        assert_eq!(ownership(&east, true, Some("west")), Ownership::Foreign);
+        assert_eq!(ownership(&east, true, None), Ownership::Foreign);
+        // An unnamed mark (before clusters were named) is anyone's.
+        let old = node("s2", true, Some(&owner_comment("kube-b", None)));
+        assert_eq!(ownership(&old, true, Some("west")), Ownership::Ours);
+        let kube = BTreeSet::new();
+        let names: Vec<&str> = orphans([&east, &old], &kube, Some("west"))
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["s2"],
+            "another cluster's node is never an orphan of ours"
+        );
     }
 
     #[test]
     fn orphans_are_marked_external_nodes_without_a_kubernetes_node() {
         let nodes = [
-            node("gone", true, Some(&owner_comment("gone"))),
-            node("here", true, Some(&owner_comment("here"))),
+            node("gone", true, Some(&owner_comment("gone", None))),
+            node("here", true, Some(&owner_comment("here", None))),
             node("admin", true, None),
-            node("hybrid", false, Some(&owner_comment("hybrid"))),
+            node("hybrid", false, Some(&owner_comment("hybrid", None))),
         ];
         let kube: BTreeSet<String> = ["here".to_string()].into();
-        let names: Vec<&str> = orphans(&nodes, &kube)
+        let names: Vec<&str> = orphans(&nodes, &kube, None)
             .iter()
             .map(|n| n.name.as_str())
             .collect();

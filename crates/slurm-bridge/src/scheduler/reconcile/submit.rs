@@ -73,11 +73,12 @@ pub(super) fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
 /// update for a job whose description is unchanged (9,000 updates after a restart at 10,000
 /// pending pods otherwise). Returns the description and the comment the watcher records.
 pub(super) fn stamped(
+    cfg: &crate::config::Config,
     mut desc: slurm_rest::models::JobDescMsg,
     tr: &Translation,
     hash: u64,
 ) -> (slurm_rest::models::JobDescMsg, AdminComment) {
-    let comment = admin_comment(&tr.ir, &tr.group_key).with_desc_hash(hash);
+    let comment = admin_comment(&tr.ir, &tr.group_key, cfg).with_desc_hash(hash);
     desc.admin_comment = Some(comment.encode());
     (desc, comment)
 }
@@ -196,7 +197,7 @@ pub(super) async fn submit<S: Slurm>(
     if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
         return Ok(action);
     }
-    let (desc, comment) = stamped(desc, tr, hash);
+    let (desc, comment) = stamped(&ctx.config, desc, tr, hash);
     let submitted = {
         // The label patches queued meanwhile wait, also while this submit waits for its slot:
         // those of the pods Slurm starts at once ride on their Bindings.

@@ -47,6 +47,7 @@ fn job(state: JobState, nodes: Option<&str>, pods: &[&str]) -> WatchedJob {
             group: Some("coscheduling/ns/g".into()),
             uids: vec![],
             desc: None,
+            cluster: None,
         },
     }
 }

@@ -53,7 +53,7 @@ pub(super) async fn pending<S: Slurm>(
         if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
             return Ok(action);
         }
-        let (desc, comment) = stamped(desc, tr, hash);
+        let (desc, comment) = stamped(&ctx.config, desc, tr, hash);
         match ctx.slurm.update(job.job_id, &desc).await {
             Ok(()) => {
                 ctx.rejections().clear(&tr.group_key);

@@ -59,6 +59,7 @@ impl SlurmJob {
             group: self.group.clone(),
             uids: vec![],
             desc: None,
+            cluster: None,
         }
     }
 

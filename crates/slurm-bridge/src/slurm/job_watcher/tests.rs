@@ -100,6 +100,7 @@ fn bridge_comment(group: &str, pod: &str) -> String {
         group: Some(group.into()),
         uids: vec![],
         desc: None,
+        cluster: None,
     }
     .encode()
 }
@@ -310,6 +311,7 @@ async fn an_update_recorded_after_an_allocation_keeps_the_allocation() {
         group: Some("g".into()),
         uids: vec![],
         desc: None,
+        cluster: None,
     };
     w.record_update(&read, comment.clone());
     let now = w.index().get(1).unwrap();

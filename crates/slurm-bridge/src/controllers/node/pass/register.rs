@@ -22,7 +22,7 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
         let Some(s) = p.slurm.as_ref() else {
             return Ok((None, None));
         };
-        let removal = match ownership::ownership(s, false) {
+        let removal = match ownership::ownership(s, false, ctx.opts.cluster.as_deref()) {
             Ownership::Ours => Some(Removal::LabelRemoved),
             Ownership::Foreign => {
                 p.warnings
@@ -54,7 +54,7 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
         }
         return Ok((Some(d), None));
     };
-    match ownership::ownership(&s, true) {
+    match ownership::ownership(&s, true, ctx.opts.cluster.as_deref()) {
         Ownership::Ours => {}
         Ownership::Adopt => {
             mark(
@@ -193,7 +193,7 @@ pub(super) async fn mark<S: NodeControl, C: SlurmNodes>(
     p: &Pass<'_>,
     why: &str,
 ) -> Result<(), NodeError> {
-    let comment = ownership::owner_comment(&p.name);
+    let comment = ownership::owner_comment(&p.name, ctx.opts.cluster.as_deref());
     tracing::info!(node = %p.name, slurm_node = %p.slurm_name, %comment, "marking Slurm node as the bridge's: {why}");
     let u = slurm_rest::models::UpdateNodeMsg {
         comment: Some(comment),
