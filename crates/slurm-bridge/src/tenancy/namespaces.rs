@@ -14,6 +14,9 @@ pub const LABELS_TTL: Duration = Duration::from_secs(30);
 
 type Labels = BTreeMap<String, String>;
 
+/// Labels and when they were read, by namespace.
+type LabelCache = Arc<Mutex<HashMap<String, (Arc<Labels>, Instant)>>>;
+
 /// Where namespace labels come from.
 #[derive(Clone)]
 pub enum NamespaceLabels {
@@ -24,7 +27,7 @@ pub enum NamespaceLabels {
         /// The client.
         client: kube::Client,
         /// Labels and when they were read, by namespace.
-        cache: Arc<Mutex<HashMap<String, (Arc<Labels>, Instant)>>>,
+        cache: LabelCache,
     },
     /// Fixed labels (tests, `translate`): a namespace not listed has none.
     Static(Arc<BTreeMap<String, Labels>>),
