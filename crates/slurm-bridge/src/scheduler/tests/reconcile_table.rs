@@ -322,6 +322,42 @@ async fn gangs() {
 async fn submits() {
     check_rows(&[
         Row {
+            name: "asks the tenant refuses are never submitted (a pod that skipped the webhook)",
+            world: || {
+                one_pod().with(
+                    pod("a")
+                        .annotation("slurmjob.slinky.slurm.net/user-id", "4242")
+                        .annotation("slurmjob.slinky.slurm.net/priority", "4294967293"),
+                )
+            },
+            pod: "a",
+            slurm: &[],
+            kube: &[
+                "condition ns/a NotAllowedByTenant",
+                "warning ns/a NotAllowedByTenant",
+            ],
+            action: Expect::Requeue(crate::scheduler::rejection::RETRY_AFTER),
+        },
+        Row {
+            name: "a pending job whose pod now asks what the tenant refuses keeps its description",
+            world: || {
+                one_pod()
+                    .with(
+                        pod("a")
+                            .labelled(7)
+                            .annotation("slurmjob.slinky.slurm.net/qos", "urgent"),
+                    )
+                    .job(job(7, "pod/ns/a", &["a"]).reason("Priority"))
+            },
+            pod: "a",
+            slurm: &[],
+            kube: &[
+                "condition ns/a NotAllowedByTenant",
+                "warning ns/a NotAllowedByTenant",
+            ],
+            action: Expect::Requeue(crate::scheduler::rejection::RETRY_AFTER),
+        },
+        Row {
             name: "no job: submit, then label the pod",
             world: one_pod,
             pod: "a",
