@@ -5,12 +5,15 @@
 //! On an external node the node controller registers the kubelet's allocatable, so Slurm itself
 //! keeps the second pod waiting and the kubelet never refuses one.
 
-use crate::e2e::{job_field, job_id_of, node_of};
+use crate::e2e::{NS, SCHEDULER, job_field, job_id_of, node_of, wait_some};
 use crate::support::{
     WAIT, container_running, has_finalizer, kubelet_allocatable, node_field, phase, real_pod,
     shared, start_external, start_hybrid, wait_logs, wait_phase, wait_released,
 };
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -21,7 +24,8 @@ use std::time::Instant;
 /// `kubelet_rejected`), its finalizer released, and a Warning Event `KubeletRejected` names the
 /// node and the kubelet's reason. Then `first` leaves and `third` (1500m) runs through Slurm:
 /// by then the scheduler has had every chance to submit `refused` again, and Slurm lists
-/// exactly three jobs.
+/// exactly one job per pod. A Job's refused pod is replaced by its controller until its
+/// backoffLimit, each replacement refused and released alike.
 #[tokio::test]
 async fn a_pod_the_kubelet_refuses_ends_its_job_says_why_and_is_not_submitted_again() {
     let started = Instant::now();
@@ -62,6 +66,54 @@ async fn a_pod_the_kubelet_refuses_ends_its_job_says_why_and_is_not_submitted_ag
     assert!(env.job_running(job_id_of(&first)).await);
     env.assert_invariants().await;
 
+    // A Job's pods are new pods: its controller replaces a refused one, and each replacement is
+    // refused and released the same way, until the Job's backoffLimit (1) ends it. The bridge
+    // adds no loop of its own: one Slurm job per pod, each cancelled.
+    let image = env.kube_env.image().unwrap();
+    env.create(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        // A Job's pods take their slurmjob.* annotations from the Job.
+        "metadata": {"name": "retried", "namespace": NS, "annotations": shared()},
+        "spec": {
+            "backoffLimit": 1,
+            "template": {
+                "spec": {
+                    "schedulerName": SCHEDULER,
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
+                                    "command": ["sh", "-c", "echo never"],
+                                    "resources": {"requests": {"cpu": "1500m", "memory": "32Mi"}}}],
+                },
+            },
+        },
+    }))
+    .await;
+    let jobs: Api<Job> = Api::namespaced(env.kube.clone(), NS);
+    let failed = wait_some("Job retried Failed", WAIT, async || {
+        let j = jobs.get("retried").await.unwrap();
+        j.status.and_then(|s| s.conditions).and_then(|c| {
+            c.into_iter()
+                .find(|c| c.type_ == "Failed" && c.status == "True")
+        })
+    })
+    .await;
+    assert_eq!(failed.reason.as_deref(), Some("BackoffLimitExceeded"));
+    let lp = ListParams::default().labels("batch.kubernetes.io/job-name=retried");
+    let retried: Vec<Pod> = env.pods().list(&lp).await.unwrap().items;
+    assert_eq!(retried.len(), 2, "a pod and its one replacement");
+    for p in &retried {
+        let name = p.name_any();
+        let s = p.status.as_ref().unwrap();
+        assert_eq!(s.reason.as_deref(), Some("OutOfcpu"), "{name}: {s:?}");
+        env.wait_job_ended(job_id_of(p), WAIT).await;
+        assert_eq!(job_field(&env, job_id_of(p), "JobState"), "CANCELLED");
+        wait_released(&env, &name).await;
+        env.wait_event(&name, "KubeletRejected").await;
+    }
+    env.assert_invariants().await;
+
     // `first` leaves; `third` gets the CPUs through Slurm and runs.
     env.kube_env
         .kubectl(&["exec", "first", "--", "touch", "/tmp/leave"])
@@ -88,9 +140,12 @@ async fn a_pod_the_kubelet_refuses_ends_its_job_says_why_and_is_not_submitted_ag
     assert_eq!(job_id_of(&refused), id);
     assert_eq!(phase(&refused), Some("Failed"));
     assert!(!has_finalizer(&refused));
-    let mut jobs = env.slurm_job_ids();
-    jobs.sort();
-    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    let slurm_jobs = env.slurm_job_ids();
+    assert_eq!(
+        slurm_jobs.len(),
+        5,
+        "first, refused, the Job's two pods and third: {slurm_jobs:?}"
+    );
     env.assert_invariants().await;
     env.assert_consistent().await;
     eprintln!(

@@ -43,11 +43,11 @@ async fn pods_scheduled_through_slurm_run_their_containers_and_end_their_jobs() 
     env.create(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "done", "namespace": NS},
+        // A Job's pods take their slurmjob.* annotations from the Job.
+        "metadata": {"name": "done", "namespace": NS, "annotations": shared()},
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"annotations": shared()},
                 "spec": {
                     "schedulerName": SCHEDULER,
                     "restartPolicy": "Never",
