@@ -99,3 +99,30 @@ pub(super) fn slurm_triggers(
         futures::stream::iter(refs)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(allocatable_cpu: &str, heartbeat: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "uid": "u1"},
+            "status": {
+                "capacity": {"cpu": "8", "memory": "16Gi"},
+                "allocatable": {"cpu": allocatable_cpu, "memory": "15Gi"},
+                "conditions": [{"type": "Ready", "status": "True",
+                                "lastHeartbeatTime": heartbeat}],
+            },
+        }))
+        .unwrap()
+    }
+
+    /// Registration reads the allocatable: a change of it is a pass; a heartbeat is not.
+    #[test]
+    fn allocatable_changes_trigger_a_pass_and_heartbeats_do_not() {
+        let base = fingerprint(&node("8", "2026-12-05T00:00:00Z"));
+        assert_eq!(base, fingerprint(&node("8", "2026-12-05T00:00:40Z")));
+        assert_ne!(base, fingerprint(&node("7", "2026-12-05T00:00:00Z")));
+    }
+}
