@@ -106,12 +106,15 @@ async fn external_node_registration_cordon_admin_drain_recreate_and_removal() {
         .count();
     assert_eq!(drained_events, 1, "one Event per drain");
 
-    // Capacity changed: the idle node is drained, removed and registered again.
+    // Capacity changed (and with it the kubelet's allocatable, which registration reads): the
+    // idle node is drained, removed and registered again.
     Api::<Node>::all(h.kube.clone())
         .patch_status(
             "node-1",
             &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"capacity": {"cpu": "16"}}})),
+            &Patch::Merge(
+                &json!({"status": {"capacity": {"cpu": "16"}, "allocatable": {"cpu": "16"}}}),
+            ),
         )
         .await
         .expect("patch capacity");
