@@ -202,8 +202,11 @@ EOF
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "real Slurm with hybrid nodes node-1, node-2 run by slurmd; partition high preempts slurm-bridge (slurm-testenv up)"
-eval "$($st up --name "$name" --slurmd-nodes 2 --preempt requeue --partition high:10)"
+step "real Slurm with accounting (slurmdbd, MariaDB) and hybrid nodes node-1, node-2 run by slurmd; partition high preempts slurm-bridge (slurm-testenv up)"
+eval "$($st up --name "$name" --slurmd-nodes 2 --preempt requeue --partition high:10 --accounting)"
+# The tenant's account: the demo's pods are charged to it (sacct at the end).
+$st exec --name "$name" -- sacctmgr -i add account demo >/dev/null
+$st exec --name "$name" -- sacctmgr -i add user root account=demo >/dev/null
 done_step up
 
 step "Kubernetes control plane with nodes node-1..node-8 (kube-testenv up)"
@@ -216,11 +219,13 @@ schedulerName: slurm-bridge-scheduler
 slurmRestApi: $SLURM_REST_URL
 partition: slurm-bridge
 mcsLabel: kubernetes
-# The namespace default is one tenant: its pods may ask for partition high (the preemption
-# step below) but never for another Slurm user, account or priority (docs/tenancy.md).
+# The namespace default is one tenant: its pods' jobs are charged to account demo, and they may
+# ask for partition high (the preemption step below) but never for another Slurm user, account
+# or priority (docs/tenancy.md).
 tenants:
   - name: demo
     namespaces: [default]
+    account: demo
     partitions: [slurm-bridge, high]
 CFG
 step "slurm-bridge run: the scheduler and the controllers (log $work/scheduler.log)"
@@ -411,5 +416,9 @@ fi
 $st exec --name "$name" -- scontrol show job "$low" | grep -E 'JobState|Restarts' | sed 's/^ */    /'
 done_step preempted
 
+step "accounting: Slurm charged every pod's job to the tenant's account, beside the batch jobs (sacct)"
+$st exec --name "$name" -- sacct -a -X --format=JobID,JobName%16,User,Account,Partition%12,State%14
+done_step sacct
+
 echo
-echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 7 pods bound, a Job completed, a GPU pod given its DRA claim, a batch job and a Job taking turns on hybrid nodes, a pod preempting a batch job)"
+echo "demo done in $(since "$started") (Slurm, Kubernetes and slurm-bridge started, nodes registered, 7 pods bound, a Job completed, a GPU pod given its DRA claim, a batch job and a Job taking turns on hybrid nodes, a pod preempting a batch job, the pods' jobs in sacct under the tenant's account)"
