@@ -94,6 +94,9 @@ async fn a_deleted_pod_gets_sigterm_and_its_grace_and_its_job_ends_after_the_con
     let job_ended = env.wait_job_ended(id, WAIT).await;
     eprintln!("its Slurm job ended {job_ended:?} after the container was seen stopped");
     env.wait_pod("trap", "gone", WAIT, |p| p.is_none()).await;
+    // The kubelet's own word that it stopped the container (SIGTERM, then the grace).
+    let events = env.wait_event("trap", "Killing").await;
+    eprintln!("events of trap: {events:?}");
     env.assert_invariants().await;
     eprintln!("test done in {:?}", started.elapsed());
 }
