@@ -104,7 +104,8 @@ const FIELDS: [&str; 10] = [
     "clustername",
 ];
 
-fn type_name(v: &Value) -> &'static str {
+/// The JSON kind of `v`, for messages ("got a list").
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -257,7 +258,8 @@ impl Config {
     }
 }
 
-fn field_err(field: &str, problem: String, expected: &'static str) -> ConfigError {
+/// A [`ConfigError::Field`].
+pub(crate) fn field_err(field: &str, problem: String, expected: &'static str) -> ConfigError {
     ConfigError::Field {
         field: field.to_string(),
         problem,

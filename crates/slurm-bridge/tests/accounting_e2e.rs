@@ -14,13 +14,13 @@ mod e2e;
 
 use e2e::clients::wait_for;
 use e2e::controllers::{Controllers, disruption};
+use e2e::tenants::sacctmgr;
 use e2e::*;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use slurm_bridge::config::Config;
 use slurm_testenv::conf::{Policy, PreemptMode, PreemptType};
 use std::time::{Duration, Instant};
 
@@ -76,31 +76,11 @@ async fn start(extra_lines: &[&str]) -> (Env, Controllers) {
     ] {
         sacctmgr(&env, cmd);
     }
-    let nss: Api<Namespace> = Api::all(env.kube.clone());
-    for ns in ["team-a", "team-b"] {
-        nss.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    let tenants = Config::from_yaml(TENANTS).unwrap();
-    let slurm = rest_client(&env.slurm);
-    env.start_scheduler_opts(slurm, tokio::sync::watch::channel(true).1, |o| {
-        o.config.tenants = tenants.tenants;
-        o.config.default_tenant = None;
-    })
-    .await;
+    e2e::helm::create_namespaces(&env, &["team-a", "team-b"]).await;
+    env.start_scheduler_with_tenants(rest_client(&env.slurm), TENANTS)
+        .await;
     let controllers = Controllers::start(&env, |_| {}).await;
     (env, controllers)
-}
-
-fn sacctmgr(env: &Env, cmd: &str) {
-    let args: Vec<&str> = cmd.split(' ').collect();
-    env.slurm
-        .sacctmgr(&args)
-        .unwrap_or_else(|e| panic!("sacctmgr {cmd}: {e}"));
 }
 
 /// Submits a batch job with `sbatch --parsable ARGS` (as root; `--uid=alice` for alice), its

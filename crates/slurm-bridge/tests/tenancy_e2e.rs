@@ -8,11 +8,11 @@ mod e2e;
 
 use e2e::clients::wait_for;
 use e2e::controllers::Controllers;
+use e2e::tenants::sacctmgr;
 use e2e::*;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use slurm_bridge::config::Config;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -81,22 +81,10 @@ async fn start(
     ] {
         sacctmgr(&env, cmd);
     }
-    let nss: Api<Namespace> = Api::all(env.kube.clone());
-    for ns in ["team-a", "team-b", "team-c", "web"] {
-        nss.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    }
-    let tenants = Config::from_yaml(tenants).unwrap();
+    e2e::helm::create_namespaces(&env, &["team-a", "team-b", "team-c", "web"]).await;
     let bridge = client_of(&env, bridge_user);
-    env.start_scheduler_opts(bridge.clone(), tokio::sync::watch::channel(true).1, |o| {
-        o.config.tenants = tenants.tenants;
-        o.config.default_tenant = None;
-    })
-    .await;
+    env.start_scheduler_with_tenants(bridge.clone(), tenants)
+        .await;
     let controllers = Controllers::start_with(&env, bridge, |_| {}).await;
     (env, controllers)
 }
@@ -110,14 +98,6 @@ fn client_of(env: &Env, user: &str) -> slurm_rest::Client {
         .token(slurm_rest::TokenProvider::file(file))
         .build()
         .expect("slurm client")
-}
-
-fn sacctmgr(env: &Env, cmd: &str) {
-    let mut argv = vec!["sacctmgr", "-i"];
-    argv.extend(cmd.split(' '));
-    env.slurm
-        .run(&argv)
-        .unwrap_or_else(|e| panic!("sacctmgr {cmd}: {e}"));
 }
 
 fn pod_in(ns: &str, name: &str, annotations: Value) -> Pod {

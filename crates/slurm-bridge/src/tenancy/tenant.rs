@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use crate::config::{ConfigError, is_dns_label};
+use crate::config::{ConfigError, field_err as err, is_dns_label, type_name as kind};
 use crate::wellknown::slurmjob;
 
 /// The job fields that decide who a job runs as, who pays, and how it ranks: a pod's author
@@ -135,25 +135,6 @@ const EXPECT_NAMES: &str = "a list of Slurm names (non-empty strings without spa
 const EXPECT_NAME: &str = "a Slurm name (a non-empty string without spaces)";
 const EXPECT_NAMESPACES: &str = "a list of namespace names (lower-case RFC 1123 labels)";
 const EXPECT_ALLOW: &str = "a list of: account, user-id, group-id, qos, partition, priority, reservation, wckey (or \"*\" for all)";
-
-fn err(field: &str, problem: String, expected: &'static str) -> ConfigError {
-    ConfigError::Field {
-        field: field.to_string(),
-        problem,
-        expected,
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
-}
 
 /// A Slurm name, or a number written as one (`user: 2001`).
 fn slurm_name(field: &str, v: Value) -> Result<String, ConfigError> {

@@ -13,6 +13,7 @@ pub mod helm;
 mod invariants;
 mod objects;
 mod process;
+pub mod tenants;
 mod waits;
 
 // What each test binary uses of these differs; every name stays reachable at `e2e::`.
