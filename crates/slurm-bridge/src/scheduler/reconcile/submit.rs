@@ -25,6 +25,7 @@ use std::time::Duration;
 /// The group's active job, if any. Jobs made by the Go original carry no group key and are found
 /// through their pods. Duplicates (never made by this scheduler, but possible after a crash of
 /// the original) are cancelled, keeping an allocated one or else the oldest.
+///
 /// A job whose admin_comment names none of the group's pods with their current uids belongs to
 /// pods recreated since under the same names: it is not this group's (the sweep cancels it).
 pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option<Arc<WatchedJob>> {
