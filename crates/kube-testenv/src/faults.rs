@@ -96,9 +96,13 @@ impl Launcher {
             .iter()
             .find(|(c, _)| *c == name)
             .ok_or_else(|| Error::Invalid(format!("{daemon} is not running")))?;
+        let pid = child.id();
         // SAFETY: plain syscall on our own child's PID.
         unsafe {
-            libc::kill(child.id() as i32, signal);
+            libc::kill(pid as i32, signal);
+        }
+        if signal == libc::SIGSTOP {
+            wait_stopped(pid);
         }
         Ok(())
     }
@@ -234,4 +238,28 @@ fn etcd_post(port: u16, path: &str, body: &str) -> Result<serde_json::Value> {
         )));
     }
     serde_json::from_str(answer).map_err(|e| fail(format!("{e}: {answer}")))
+}
+
+/// Waits (at most 5 s) until every thread of `pid` has stopped: `kill` only queues SIGSTOP, and
+/// on a loaded machine a thread already serving a request may answer it before the group stop
+/// reaches it, so a "paused" daemon could still answer right after the call.
+fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let stopped = || -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true; // gone: nothing answers
+        };
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(") ")
+                        .and_then(|(_, rest)| rest.chars().next())
+                })
+                .is_none_or(|state| matches!(state, 'T' | 't' | 'Z' | 'X'))
+        })
+    };
+    while !stopped() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
