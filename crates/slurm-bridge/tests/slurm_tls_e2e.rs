@@ -112,6 +112,8 @@ async fn the_bridge_reaches_slurmrestd_over_tls_with_a_private_ca() {
         .unwrap();
     env.wait_job_ended(job_id_of(&bound[0]), Duration::from_secs(60))
         .await;
+    env.wait_pod_gone(NS, "over-tls", Duration::from_secs(60))
+        .await;
     env.assert_invariants().await;
     terminate(&mut run).await;
 }

@@ -295,6 +295,12 @@ async fn a_tenants_pods_run_as_its_user_and_account_and_what_it_refuses_never_re
     }
     for p in a.iter().chain(&b) {
         env.wait_job_ended(job_id_of(p), TIMEOUT).await;
+        env.wait_pod_gone(
+            p.metadata.namespace.as_deref().unwrap(),
+            p.metadata.name.as_deref().unwrap(),
+            TIMEOUT,
+        )
+        .await;
     }
     // Once ended, slurmdbd has each job's AdminComment too: it names the pod.
     for p in a.iter().chain(&b) {
@@ -345,6 +351,7 @@ async fn accounting_limits_reach_the_pod_and_a_refused_account_is_reported_once(
         .await
         .unwrap();
     env.wait_job_ended(job_id_of(&first[0]), TIMEOUT).await;
+    env.wait_pod_gone("team-a", "first", TIMEOUT).await;
     let started = Instant::now();
     env.wait_bound_in("team-a", &["second".into()], TIMEOUT)
         .await;
@@ -413,6 +420,7 @@ async fn an_admin_level_bridge_registers_nodes_and_charges_tenants_accounts() {
         .await
         .unwrap();
     env.wait_job_ended(job_id_of(&bound[0]), TIMEOUT).await;
+    env.wait_pod_gone("team-a", "plain", TIMEOUT).await;
     env.assert_invariants().await;
     controllers.stop().await;
 }

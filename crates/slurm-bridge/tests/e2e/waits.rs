@@ -146,3 +146,15 @@ pub async fn wait_phase(api: &Api<Pod>, name: &str, phase: &str, timeout: Durati
     })
     .await
 }
+
+impl Env {
+    /// Waits until pod `ns/name` is gone from the API server (its containers stopped and the
+    /// bridge's finalizer released); panics after `timeout`.
+    pub async fn wait_pod_gone(&self, ns: &str, name: &str, timeout: Duration) {
+        let api: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        wait_until(&format!("pod {ns}/{name} gone"), timeout, async || {
+            api.get_opt(name).await.unwrap().is_none()
+        })
+        .await;
+    }
+}
