@@ -100,7 +100,8 @@ pub fn image_archive() -> Result<PathBuf> {
     built.map(|()| out)
 }
 
-fn run(what: &str, cmd: &mut Command) -> Result<String> {
+/// Runs `cmd` (stdin closed); a failure names `what` and carries its stderr. Returns stdout.
+pub(super) fn run(what: &str, cmd: &mut Command) -> Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

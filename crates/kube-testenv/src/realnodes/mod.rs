@@ -112,18 +112,7 @@ pub(crate) fn prepare() -> Result<Binaries> {
 }
 
 fn run_quiet(what: &str, cmd: &mut Command) -> Result<()> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(Error::io(format!("run {what}")))?;
-    if !out.status.success() {
-        return Err(Error::Invalid(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    host::run(what, cmd).map(drop)
 }
 
 fn ip(args: &[&str]) -> Result<()> {
