@@ -1,11 +1,15 @@
 //! slurm.conf (and cgroup.conf) for one instance.
 
+use crate::cpus::{self, HostCpus};
 use crate::paths::INSTANCE_MOUNT;
 
 /// CPUs and memory of every node slurm-testenv makes, slurmd-run or external.
 pub const NODE_CPUS: u32 = 8;
 /// Memory of every node slurm-testenv makes, in MB.
 pub const NODE_MEMORY_MB: u64 = 16000;
+/// `DefMemPerCPU` of instances with cgroups unless the policy sets one (MB): a job asking no
+/// memory gets this much per CPU instead of the node's whole memory, so jobs share a node.
+pub const CGROUPS_DEF_MEM_PER_CPU_MB: u64 = 500;
 /// How long slurmctld waits for a silent slurmd before marking its node DOWN (seconds). Short,
 /// so tests of a lost slurmd finish quickly; long enough for a loaded 2-core machine.
 pub const SLURMD_TIMEOUT_SECS: u32 = 10;
@@ -17,12 +21,27 @@ pub struct ConfParams {
     pub slurmctld_port: u16,
     pub slurmd_port: u16,
     pub max_node_count: u32,
-    /// Nodes run by a real slurmd: name and the port its slurmd listens on.
-    pub slurmd_nodes: Vec<(String, u16)>,
+    /// Nodes run by a real slurmd.
+    pub slurmd_nodes: Vec<SlurmdNode>,
     pub policy: Policy,
     /// The port of the instance's slurmdbd when it runs with accounting: slurm.conf then stores
     /// accounting there, enforces associations, limits and QoS, and prioritises by fairshare.
     pub slurmdbd_port: Option<u16>,
+    /// With cgroups: the host's CPUs. slurmd then confines job steps (proctrack/cgroup,
+    /// task/cgroup,task/affinity, cgroup/v1 with ConstrainCores and ConstrainRAMSpace), and its
+    /// nodes are described as the host's real CPUs (abstract CPU ids must map onto machine ids).
+    pub cgroups: Option<HostCpus>,
+}
+
+/// A node run by a real slurmd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlurmdNode {
+    pub name: String,
+    /// The port its slurmd listens on.
+    pub port: u16,
+    /// With cgroups: the machine CPUs its jobs use; the host's others are its `CpuSpecList`
+    /// (CPUs left to slurmd itself, none to jobs). All of the host's: no `CpuSpecList`.
+    pub cpus: Vec<u32>,
 }
 
 /// How long usage takes to decay to half (`PriorityDecayHalfLife`): short, so fairshare tests
@@ -142,10 +161,7 @@ GresTypes=gpu
 MaxNodeCount={max_nodes}
 MaxJobCount=100000
 SchedulerParameters=sched_interval=1,bf_interval=1,default_queue_depth=1000,sched_min_interval=100000
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
+{tracking}MpiDefault=none
 ReturnToService=2
 ",
         cluster = p.cluster_name,
@@ -153,6 +169,11 @@ ReturnToService=2
         slurmd = p.slurmd_port,
         max_nodes = p.max_node_count,
         slurmd_timeout = SLURMD_TIMEOUT_SECS,
+        tracking = if p.cgroups.is_some() {
+            "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup,task/affinity\nJobAcctGatherType=jobacct_gather/linux\n"
+        } else {
+            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n"
+        },
     );
     let pol = &p.policy;
     if let Some(mode) = pol.preempt {
@@ -178,7 +199,10 @@ PriorityCalcPeriod={PRIORITY_CALC_PERIOD_MINUTES}
 "
         ));
     }
-    if let Some(mb) = pol.def_mem_per_cpu_mb {
+    let def_mem = pol
+        .def_mem_per_cpu_mb
+        .or(p.cgroups.as_ref().map(|_| CGROUPS_DEF_MEM_PER_CPU_MB));
+    if let Some(mb) = def_mem {
         text.push_str(&format!("DefMemPerCPU={mb}\n"));
     }
     if !pol.licenses.is_empty() {
@@ -189,11 +213,41 @@ PriorityCalcPeriod={PRIORITY_CALC_PERIOD_MINUTES}
             .collect();
         text.push_str(&format!("Licenses={}\n", list.join(",")));
     }
-    for (name, port) in &p.slurmd_nodes {
+    for node in &p.slurmd_nodes {
+        let (name, port) = (&node.name, node.port);
+        let hardware = match &p.cgroups {
+            None => format!(
+                "CPUs={NODE_CPUS} Sockets=1 CoresPerSocket={NODE_CPUS} ThreadsPerCore=1 \
+                 RealMemory={NODE_MEMORY_MB}"
+            ),
+            Some(host) => {
+                let spec: Vec<u32> = host
+                    .machine
+                    .iter()
+                    .copied()
+                    .filter(|c| !node.cpus.contains(c))
+                    .collect();
+                let spec = if spec.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " CpuSpecList={}",
+                        cpus::format_list(&host.to_abstract(&spec))
+                    )
+                };
+                format!(
+                    "CPUs={} Sockets={} CoresPerSocket={} ThreadsPerCore={} RealMemory={}{spec}",
+                    host.count(),
+                    host.sockets,
+                    host.cores_per_socket,
+                    host.threads_per_core,
+                    node_memory_mb(host, p.slurmd_nodes.len()),
+                )
+            }
+        };
         text.push_str(&format!(
             "NodeName={name} NodeAddr=127.0.0.1 NodeHostname=localhost Port={port} \
-             CPUs={NODE_CPUS} Sockets=1 CoresPerSocket={NODE_CPUS} ThreadsPerCore=1 \
-             RealMemory={NODE_MEMORY_MB} Feature=slurm-bridge State=UNKNOWN\n"
+             {hardware} Feature=slurm-bridge State=UNKNOWN\n"
         ));
     }
     text.push_str("Nodeset=slurm-bridge Feature=slurm-bridge\n");
@@ -213,10 +267,22 @@ PriorityCalcPeriod={PRIORITY_CALC_PERIOD_MINUTES}
     text
 }
 
-/// cgroup.conf: no cgroup plugin (the root file system has no cgroup hierarchy of its own, and
-/// slurmd exits without one when a plugin is configured).
-pub fn render_cgroup() -> &'static str {
-    "# Written by slurm-testenv: jobs are tracked by /proc (proctrack/linuxproc), not cgroups.\nCgroupPlugin=disabled\n"
+/// `RealMemory` of each of `nodes` slurmd nodes with cgroups (MB): three quarters of the host's
+/// memory shared out, in hundreds, at least 1000.
+pub fn node_memory_mb(host: &HostCpus, nodes: usize) -> u64 {
+    let share = host.memory_mb * 3 / 4 / nodes.max(1) as u64;
+    (share / 100 * 100).max(1000)
+}
+
+/// cgroup.conf. Without cgroups: no cgroup plugin (slurmd exits when a plugin is configured and
+/// its sandbox has no hierarchy). With: cgroup/v1 confining cores and memory (the hierarchies
+/// the sandbox of each slurmd mounts in its own cgroup namespace).
+pub fn render_cgroup(cgroups: bool) -> &'static str {
+    if cgroups {
+        "# Written by slurm-testenv: job steps are confined by cgroup v1 (cpuset, memory, freezer).\nCgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainRAMSpace=yes\n"
+    } else {
+        "# Written by slurm-testenv: jobs are tracked by /proc (proctrack/linuxproc), not cgroups.\nCgroupPlugin=disabled\n"
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +298,15 @@ mod tests {
             slurmd_nodes: Vec::new(),
             policy: Policy::default(),
             slurmdbd_port: None,
+            cgroups: None,
+        }
+    }
+
+    fn node(name: &str, port: u16, cpus: Vec<u32>) -> SlurmdNode {
+        SlurmdNode {
+            name: name.into(),
+            port,
+            cpus,
         }
     }
 
@@ -248,6 +323,38 @@ mod tests {
         assert!(!text.contains("Licenses="));
         assert!(!text.contains("Accounting"));
         assert!(!text.contains("PriorityType"));
+        assert!(text.contains("ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"));
+        assert!(!text.contains("DefMemPerCPU"));
+        assert!(render_cgroup(false).contains("CgroupPlugin=disabled\n"));
+    }
+
+    #[test]
+    fn renders_cgroups_with_the_host_cpus_split_by_cpu_spec_list() {
+        let mut p = params();
+        p.cgroups = Some(HostCpus {
+            sockets: 1,
+            cores_per_socket: 2,
+            threads_per_core: 1,
+            machine: vec![0, 1],
+            memory_mb: 4000,
+        });
+        p.slurmd_nodes = vec![node("node-1", 9001, vec![0, 1])];
+        let text = render(&p);
+        assert!(
+            text.contains("ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup,task/affinity\n")
+        );
+        assert!(text.contains("DefMemPerCPU=500\n"));
+        assert!(text.contains(
+            "Port=9001 CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=3000 Feature="
+        ));
+        p.slurmd_nodes = vec![node("node-1", 9001, vec![0]), node("node-2", 9002, vec![1])];
+        p.policy.def_mem_per_cpu_mb = Some(100);
+        let text = render(&p);
+        assert!(text.contains("RealMemory=1500 CpuSpecList=1 Feature="));
+        assert!(text.contains("RealMemory=1500 CpuSpecList=0 Feature="));
+        assert!(text.contains("DefMemPerCPU=100\n"));
+        let cg = render_cgroup(true);
+        assert!(cg.contains("CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainRAMSpace=yes\n"));
     }
 
     #[test]
@@ -269,7 +376,7 @@ mod tests {
     #[test]
     fn renders_slurmd_nodes_and_policy() {
         let mut p = params();
-        p.slurmd_nodes = vec![("node-1".into(), 9001), ("node-2".into(), 9002)];
+        p.slurmd_nodes = vec![node("node-1", 9001, vec![]), node("node-2", 9002, vec![])];
         p.policy = Policy {
             preempt: Some(PreemptMode::Requeue),
             preempt_type: PreemptType::PartitionPrio,

@@ -22,7 +22,9 @@
 //! ```
 
 pub mod accounting;
+mod cgroup;
 pub mod conf;
+pub mod cpus;
 mod error;
 mod http;
 mod instance;

@@ -100,6 +100,12 @@ struct Shape {
     /// DefMemPerCPU in MB (without it a job that asks no memory takes a whole node's).
     #[arg(long)]
     def_mem_per_cpu: Option<u64>,
+    /// slurmd confines job steps with cgroups v1 (cpuset, memory, freezer; proctrack/cgroup,
+    /// task/cgroup,task/affinity, DefMemPerCPU=500 unless --def-mem-per-cpu): the slurmd nodes
+    /// are the host's real CPUs, all of them for one node, split by CpuSpecList for several.
+    /// Needs --slurmd-nodes.
+    #[arg(long, requires = "slurmd_nodes")]
+    cgroups: bool,
 }
 
 impl Shape {
@@ -109,6 +115,7 @@ impl Shape {
             nodes: self.nodes,
             slurmd_nodes: self.slurmd_nodes,
             accounting: self.accounting,
+            cgroups: self.cgroups,
             policy: Policy {
                 preempt: self.preempt.map(|(_, mode)| mode),
                 preempt_type: self.preempt.map(|(t, _)| t).unwrap_or_default(),
@@ -189,10 +196,11 @@ fn run(cmd: Cmd) -> slurm_testenv::Result<ExitCode> {
                 "slurm-testenv: starting instance {name:?} with {} slurmd node(s) and {} external node(s){}",
                 shape.slurmd_nodes,
                 shape.nodes,
-                if shape.accounting {
-                    ", with accounting"
-                } else {
-                    ""
+                match (shape.accounting, shape.cgroups) {
+                    (true, true) => ", with accounting and cgroups",
+                    (true, false) => ", with accounting",
+                    (false, true) => ", with cgroups",
+                    (false, false) => "",
                 }
             );
             let started = std::time::Instant::now();

@@ -38,6 +38,10 @@ mount -t proc proc "$R/proc"
 mount --rbind /dev "$R/dev"
 mount --bind /etc/hosts "$R/etc/hosts"
 mount --rbind /sys "$R/sys"
+if [ -n "$SLURM_TESTENV_CGROUPS" ]; then
+  mount -t tmpfs -o mode=755,size=1m cgroup "$R/sys/fs/cgroup"
+  for C in $SLURM_TESTENV_CGROUPS; do mkdir "$R/sys/fs/cgroup/$C"; mount -t cgroup -o "$C" cgroup "$R/sys/fs/cgroup/$C"; done
+fi
 RUN="$I/${SLURM_TESTENV_RUN:-run}"
 if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
 if [ -f "$I/etc/passwd" ]; then mount --bind "$I/etc/passwd" "$R/etc/passwd"; mount --bind "$I/etc/group" "$R/etc/group"; fi
@@ -51,12 +55,25 @@ pub enum Mode {
     Exec,
     /// A reaping shell is PID 1 and the command its child (long-running daemons).
     Daemon,
+    /// Like [`Mode::Daemon`], in a cgroup namespace of its own with the cgroup v1 hierarchies
+    /// (cpuset, memory, freezer) mounted at `/sys/fs/cgroup` (a slurmd confining jobs). The
+    /// caller moves the `unshare` process into the folders that become the namespace's root.
+    CgroupDaemon,
 }
 
 /// Builds a command that runs `argv` inside `rootfs`, with `instance_dir` mounted at
 /// `/slurm-testenv` and `SLURM_CONF` pointing at that instance's slurm.conf.
 pub fn command(rootfs: &Path, instance_dir: Option<&Path>, argv: &[&str], mode: Mode) -> Command {
     let mut cmd = Command::new("unshare");
+    if mode == Mode::CgroupDaemon {
+        cmd.arg("--cgroup");
+        cmd.env(
+            "SLURM_TESTENV_CGROUPS",
+            crate::cgroup::CONTROLLERS.join(" "),
+        );
+    } else {
+        cmd.env_remove("SLURM_TESTENV_CGROUPS");
+    }
     cmd.args([
         "--mount",
         "--pid",
@@ -69,7 +86,7 @@ pub fn command(rootfs: &Path, instance_dir: Option<&Path>, argv: &[&str], mode: 
         "-c",
         match mode {
             Mode::Exec => EXEC_SCRIPT,
-            Mode::Daemon => DAEMON_SCRIPT,
+            Mode::Daemon | Mode::CgroupDaemon => DAEMON_SCRIPT,
         },
         "slurm-testenv-sandbox",
     ]);

@@ -26,15 +26,21 @@ impl Instance {
                 slurmd_nodes: meta
                     .slurmd
                     .iter()
-                    .map(|d| (d.node.clone(), d.port))
+                    .map(|d| conf::SlurmdNode {
+                        name: d.node.clone(),
+                        port: d.port,
+                        cpus: d.cpus.clone(),
+                    })
                     .collect(),
                 policy: policy.clone(),
                 slurmdbd_port: meta.slurmdbd_port,
+                cgroups: meta.cgroups.clone(),
             }
         };
+        let cgroups = params.cgroups.is_some();
         fs::write(self.slurm_conf(), conf::render(&params))
             .map_err(Error::io("write slurm.conf"))?;
-        fs::write(self.dir.join("cgroup.conf"), conf::render_cgroup())
+        fs::write(self.dir.join("cgroup.conf"), conf::render_cgroup(cgroups))
             .map_err(Error::io("write cgroup.conf"))
     }
 

@@ -9,12 +9,13 @@ mod slurmd;
 pub use faults::Daemon;
 
 use crate::conf::Policy;
+use crate::cpus::HostCpus;
 use crate::error::{Error, Result};
 use crate::node::NodeSpec;
 use crate::paths::run_dir;
 use crate::process::{self, ProcId};
 use crate::rootfs::{self, Rootfs};
-use crate::{ports, sandbox};
+use crate::{cgroup, ports, sandbox};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -53,6 +54,13 @@ pub struct InstanceOptions {
     /// accounting there and enforces associations, limits and QoS, and job priority is
     /// multifactor (fairshare). The cluster is registered, with account `root` and user root.
     pub accounting: bool,
+    /// slurmd confines job steps with Slurm's own cgroups (v1: cpuset, memory, freezer):
+    /// `proctrack/cgroup`, `task/cgroup,task/affinity`, `ConstrainCores`, `ConstrainRAMSpace`,
+    /// `DefMemPerCPU=500` unless the policy sets one. The slurmd nodes are described as the
+    /// host's real CPUs: one node owns them all; several split them by whole cores with
+    /// `CpuSpecList` ([`Instance::machine_cpus`] tells which). Needs `slurmd_nodes` > 0 and the
+    /// host's v1 hierarchies at `/sys/fs/cgroup/{cpuset,memory,freezer}`.
+    pub cgroups: bool,
 }
 
 impl Default for InstanceOptions {
@@ -66,6 +74,7 @@ impl Default for InstanceOptions {
             token_lifespan: Duration::from_secs(30 * 24 * 3600),
             detached: false,
             accounting: false,
+            cgroups: false,
         }
     }
 }
@@ -98,6 +107,9 @@ struct Meta {
     slurmdbd: Option<ProcId>,
     #[serde(default)]
     mariadbd: Option<ProcId>,
+    /// With cgroups: the host's CPUs, as slurm.conf describes the slurmd nodes.
+    #[serde(default)]
+    cgroups: Option<HostCpus>,
 }
 
 /// One slurmd-run node: its name, port and (while it runs) the `unshare` wrapper of its slurmd.
@@ -106,6 +118,9 @@ struct SlurmdMeta {
     node: String,
     port: u16,
     proc: Option<ProcId>,
+    /// With cgroups: the machine CPUs the node's jobs use.
+    #[serde(default)]
+    cpus: Vec<u32>,
 }
 
 #[derive(Default)]
@@ -196,8 +211,25 @@ impl Instance {
             {
                 return Err(Error::AlreadyRunning { name });
             }
+            cgroup::remove_instance(&name)?;
             rootfs::remove_tree(&dir)?;
         }
+        let host_cpus = if opts.cgroups {
+            if opts.slurmd_nodes == 0 {
+                return Err(Error::Io {
+                    context: "cgroups confine the jobs of slurmd nodes: --cgroups needs --slurmd-nodes N (InstanceOptions::slurmd_nodes)".into(),
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                });
+            }
+            cgroup::check_available()?;
+            Some(HostCpus::detect().map_err(Error::io("read the host's CPUs"))?)
+        } else {
+            None
+        };
+        let node_cpus = host_cpus
+            .as_ref()
+            .map(|h| h.split(opts.slurmd_nodes as usize))
+            .unwrap_or_default();
         for sub in ["state", "spool", "work", "etc"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(Error::io(format!("create {}", dir.display())))?;
@@ -239,6 +271,7 @@ impl Instance {
                     node: format!("node-{}", i + 1),
                     port: p[3 + i],
                     proc: None,
+                    cpus: node_cpus.get(i).cloned().unwrap_or_default(),
                 })
                 .collect();
             let inst = Instance {
@@ -260,6 +293,7 @@ impl Instance {
                     mariadb_port: opts.accounting.then(|| p[4 + slurmd_count]),
                     slurmdbd: None,
                     mariadbd: None,
+                    cgroups: host_cpus.clone(),
                 }),
                 children: Mutex::new(Children::default()),
                 owned: true,
@@ -395,6 +429,67 @@ impl Instance {
         .collect()
     }
 
+    /// True when the instance's slurmd confine job steps with cgroups
+    /// ([`InstanceOptions::cgroups`]).
+    pub fn cgroups(&self) -> bool {
+        locked(&self.meta).cgroups.is_some()
+    }
+
+    /// With cgroups: the host's CPUs as slurm.conf describes every slurmd node.
+    pub fn host_cpus(&self) -> Option<HostCpus> {
+        locked(&self.meta).cgroups.clone()
+    }
+
+    /// With cgroups: the machine CPU ids (as in `/proc/PID/status`'s `Cpus_allowed_list`) that
+    /// jobs on slurmd node `node` run on: all of the host's for a single node, a share of whole
+    /// cores when there are several. `None` without cgroups (jobs are not confined) or for a
+    /// node not run by slurmd.
+    pub fn machine_cpus(&self, node: &str) -> Option<Vec<u32>> {
+        let meta = locked(&self.meta);
+        meta.cgroups.as_ref()?;
+        meta.slurmd
+            .iter()
+            .find(|d| d.node == node)
+            .map(|d| d.cpus.clone())
+    }
+
+    /// The CPUs Slurm allocated to job `job_id` on each node (`scontrol show -d job`'s
+    /// `CPU_IDs`), as `(node list, CPU ids)` in its order. With cgroups the ids are machine ids
+    /// (mapped from Slurm's abstract ids by [`HostCpus::to_machine`], the identity on hosts
+    /// numbering CPUs socket, core, thread), comparable with a step's `Cpus_allowed_list`
+    /// ([`crate::cpus::cpus_allowed_list`]); without, Slurm's abstract ids of its 8 bookkept CPUs.
+    pub fn job_cpu_ids(&self, job_id: &str) -> Result<Vec<(String, Vec<u32>)>> {
+        let text = self.run(&["scontrol", "show", "-d", "job", job_id])?;
+        let host = self.host_cpus();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let mut nodes = None;
+            let mut ids = None;
+            for word in line.split_whitespace() {
+                if let Some(n) = word.strip_prefix("Nodes=") {
+                    nodes = Some(n.to_string());
+                } else if let Some(c) = word.strip_prefix("CPU_IDs=") {
+                    ids = Some(crate::cpus::parse_list(c));
+                }
+            }
+            if let (Some(n), Some(ids)) = (nodes, ids) {
+                let ids = match &host {
+                    Some(h) => h.to_machine(&ids),
+                    None => ids,
+                };
+                out.push((n, ids));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The instance's cgroup folders on the host, one per controller
+    /// (`/sys/fs/cgroup/<controller>/slurm-testenv/<instance>`), existing while its slurmd run
+    /// with cgroups; gone once it is stopped.
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        cgroup::instance_dirs(&self.name)
+    }
+
     /// True while slurmctld is alive.
     pub fn is_running(&self) -> bool {
         let meta = locked(&self.meta);
@@ -477,14 +572,57 @@ impl Instance {
     }
 
     fn spawn_daemon(&self, argv: &[&str], log: &Path, extra_env: &[(&str, &str)]) -> Result<Child> {
+        self.spawn_daemon_in(argv, log, extra_env, &[])
+    }
+
+    /// Like [`Instance::spawn_daemon`]; with `cgroup_procs` (the `cgroup.procs` files of the
+    /// folders it is to run in) the wrapper moves itself into them before it starts, and the
+    /// daemon runs in a cgroup namespace rooted there ([`sandbox::Mode::CgroupDaemon`]).
+    fn spawn_daemon_in(
+        &self,
+        argv: &[&str],
+        log: &Path,
+        extra_env: &[(&str, &str)],
+        cgroup_procs: &[PathBuf],
+    ) -> Result<Child> {
         let out = fs::File::create(log).map_err(Error::io(format!("create {}", log.display())))?;
         let err = out.try_clone().map_err(Error::io("dup log"))?;
-        let mut cmd = sandbox::command(
-            &self.rootfs.path,
-            Some(&self.dir),
-            argv,
-            sandbox::Mode::Daemon,
-        );
+        let mode = if cgroup_procs.is_empty() {
+            sandbox::Mode::Daemon
+        } else {
+            sandbox::Mode::CgroupDaemon
+        };
+        let mut cmd = sandbox::command(&self.rootfs.path, Some(&self.dir), argv, mode);
+        if !cgroup_procs.is_empty() {
+            use std::os::unix::ffi::OsStrExt;
+            let paths: Vec<std::ffi::CString> = cgroup_procs
+                .iter()
+                .map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Io {
+                    context: "a cgroup path".into(),
+                    source: std::io::Error::other(e),
+                })?;
+            // SAFETY: only open, write and close (async-signal-safe) on paths built beforehand.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for path in &paths {
+                        // "0": the writing process itself (cgroup v1 and v2).
+                        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                        if fd < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                        let e = std::io::Error::last_os_error();
+                        libc::close(fd);
+                        if n != 1 {
+                            return Err(e);
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        }
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
@@ -521,8 +659,10 @@ impl Instance {
     /// (killed tests), so nothing outlives it.
     fn spawn_watchdog(&self) -> Result<()> {
         let owner = std::process::id();
+        // After $1 and $2: the instance's cgroup folders, removed deepest first (their tasks
+        // thawed and killed) before the instance folder, as `cgroup::remove_tree` does.
         let script = r#"tail --pid="$1" -f /dev/null 2>/dev/null
-D="$2"
+D="$2"; shift 2
 for U in $(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$D/meta.json" 2>/dev/null); do
   if grep -q slurm-testenv-sandbox "/proc/$U/cmdline" 2>/dev/null; then
     for C in $(cat /proc/$U/task/*/children 2>/dev/null); do kill -9 "$C" 2>/dev/null; done
@@ -531,11 +671,26 @@ for U in $(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$D/meta.json" 2>/dev/nul
   fi
 done
 sleep 0.5
+for T in "$@"; do
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    [ -d "$T" ] || break
+    for F in $(find "$T" -name freezer.state 2>/dev/null); do echo THAWED > "$F"; done 2>/dev/null
+    for P in $(cat $(find "$T" -name cgroup.procs 2>/dev/null) 2>/dev/null); do kill -9 "$P"; done 2>/dev/null
+    find "$T" -depth -type d -exec rmdir {} + 2>/dev/null
+    [ -d "$T" ] && sleep 0.25
+  done
+  rmdir "${T%/*}" 2>/dev/null
+done
 rm -rf --one-file-system "$D""#;
         let child = Command::new("/bin/sh")
             .args(["-c", script, "slurm-testenv-watchdog"])
             .arg(owner.to_string())
             .arg(&self.dir)
+            .args(if self.cgroups() {
+                cgroup::instance_dirs(&self.name)
+            } else {
+                Vec::new()
+            })
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -575,7 +730,10 @@ rm -rf --one-file-system "$D""#;
         {
             process::stop_sandbox(id, STOP_TIMEOUT);
         }
-        rootfs::remove_tree(&self.dir)
+        // Before the folder: a cgroup folder without its instance folder is an orphan to sweep.
+        let cgroups = cgroup::remove_instance(&self.name);
+        rootfs::remove_tree(&self.dir)?;
+        cgroups
     }
 }
 
@@ -623,4 +781,5 @@ pub fn sweep_stale() {
             let _ = inst.stop();
         }
     }
+    cgroup::sweep_orphans(&run_dir());
 }

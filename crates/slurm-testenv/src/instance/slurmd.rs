@@ -1,6 +1,7 @@
 //! The nodes run by a real slurmd: started, waited for, killed.
 
 use super::{Instance, START_TIMEOUT, STOP_TIMEOUT, locked};
+use crate::cgroup;
 use crate::error::{Error, Result};
 use crate::process::{self, ProcId};
 use crate::rootfs::tail_of;
@@ -47,10 +48,17 @@ impl Instance {
         let out = self.dir.join(format!("slurmd.{node}.out"));
         // Its own /run: every slurmd binds /run/slurm/sack.socket, which two would fight over.
         let run = format!("run-{node}");
-        let child = self.spawn_daemon(
+        // With cgroups: in its own cgroup namespace rooted at the node's folders.
+        let cgroup_procs = if self.cgroups() {
+            cgroup::prepare_node(&self.name, node)?
+        } else {
+            Vec::new()
+        };
+        let child = self.spawn_daemon_in(
             &["slurmd", "-D", "-N", node],
             &out,
             &[("SLURM_TESTENV_RUN", run.as_str())],
+            &cgroup_procs,
         )?;
         let id = ProcId::of(child.id() as i32);
         locked(&self.children)
@@ -82,7 +90,15 @@ impl Instance {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.save_meta()
+        // A killed slurmd leaves its `slurm_<node>` folders (and tasks, frozen perhaps): gone
+        // with the host's crash, as they would be.
+        let cgroups = if self.cgroups() && self.slurmd_nodes().iter().any(|n| n == node) {
+            cgroup::remove_node(&self.name, node)
+        } else {
+            Ok(())
+        };
+        self.save_meta()?;
+        cgroups
     }
 
     /// Waits until every node in `nodes` has registered its slurmd and responds (a state
