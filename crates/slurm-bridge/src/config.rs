@@ -38,6 +38,10 @@ pub struct Config {
     /// The tenant of namespaces no tenant covers; without it (and with tenants configured) their
     /// pods are refused; with no tenants at all they get [`crate::tenancy::Tenant::implicit`].
     pub default_tenant: Option<crate::tenancy::Tenant>,
+    /// Memory (MiB) per allocated CPU asked for a job whose pods set no memory request or
+    /// limit, as Slurm's `DefMemPerCPU`; `None`: Slurm's own default applies (without one a job
+    /// asking no memory is given the node's whole memory, and nothing shares the node).
+    pub default_mem_per_cpu_mib: Option<u64>,
 }
 
 /// What a PriorityClass means in Slurm: any of a QoS, a partition and a job priority.
@@ -91,7 +95,7 @@ pub enum ConfigError {
 }
 
 /// Field names, lower-cased for matching.
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "schedulername",
     "slurmrestapi",
     "managednamespaces",
@@ -102,6 +106,7 @@ const FIELDS: [&str; 10] = [
     "tenants",
     "defaulttenant",
     "clustername",
+    "defaultmempercpu",
 ];
 
 /// The JSON kind of `v`, for messages ("got a list").
@@ -181,6 +186,7 @@ impl Config {
                         "a cluster name (a Kubernetes label value, at most 63 characters of [A-Za-z0-9-_.])",
                     )?
                 }
+                "defaultmempercpu" => cfg.default_mem_per_cpu_mib = mem_per_cpu(&key, v)?,
                 "tenants" => cfg.tenants = crate::tenancy::tenant::parse_list(&key, v)?,
                 "defaulttenant" => {
                     cfg.default_tenant = match v {
@@ -264,6 +270,24 @@ pub(crate) fn field_err(field: &str, problem: String, expected: &'static str) ->
         field: field.to_string(),
         problem,
         expected,
+    }
+}
+
+/// `defaultMemPerCpu`: a positive whole number of MiB (null: unset).
+fn mem_per_cpu(key: &str, v: Value) -> Result<Option<u64>, ConfigError> {
+    const EXPECTED: &str =
+        "a positive whole number of MiB per CPU, as Slurm's DefMemPerCPU (e.g. 1024)";
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(m) if m > 0 => Ok(Some(m)),
+            _ => Err(field_err(key, format!("got {n}"), EXPECTED)),
+        },
+        other => Err(field_err(
+            key,
+            format!("got {}", type_name(&other)),
+            EXPECTED,
+        )),
     }
 }
 
@@ -475,6 +499,12 @@ mod tests {
             "kubernetes"
         );
         assert_eq!(
+            Config::from_yaml("defaultMemPerCpu: 512")
+                .unwrap()
+                .default_mem_per_cpu_mib,
+            Some(512)
+        );
+        assert_eq!(
             Config::from_yaml("clusterName: east").unwrap().cluster_name,
             "east"
         );
@@ -559,6 +589,9 @@ mod tests {
             ("mcsLabel: {a: b}", "mcsLabel"),
             ("partition: 'a b'", "partition"),
             ("clusterName: 'east coast'", "clusterName"),
+            ("defaultMemPerCpu: 0", "defaultMemPerCpu"),
+            ("defaultMemPerCpu: 1.5", "defaultMemPerCpu"),
+            ("defaultMemPerCpu: 1Gi", "defaultMemPerCpu"),
         ];
         for (yaml, field) in cases {
             let err = Config::from_yaml(yaml).unwrap_err().to_string();

@@ -12,6 +12,7 @@ pub mod controllers;
 pub mod dra;
 pub mod k8s;
 pub mod leader;
+pub mod node_agent;
 pub mod resources;
 pub mod scheduler;
 pub mod server;

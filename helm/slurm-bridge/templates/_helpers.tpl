@@ -286,6 +286,9 @@ partition: {{ .Values.schedulerConfig.partition | quote }}
 {{- with .Values.schedulerConfig.clusterName }}
 clusterName: {{ . | quote }}
 {{- end }}
+{{- with .Values.schedulerConfig.defaultMemPerCpu }}
+defaultMemPerCpu: {{ . | int64 }}
+{{- end }}
 {{- with .Values.schedulerConfig.priorityClasses }}
 priorityClasses:
   {{- toYaml . | nindent 2 }}

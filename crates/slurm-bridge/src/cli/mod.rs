@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod controllers;
+pub mod node_agent;
 pub mod process;
 pub mod release_finalizers;
 pub mod run;
@@ -51,6 +52,9 @@ pub enum Command {
     /// the bridge's finalizer from every pod, cancels the Slurm jobs of finished pods, and
     /// prints the jobs of running pods it leaves running (docs/operations.md, "Uninstalling").
     ReleaseFinalizers(release_finalizers::ReleaseFinalizersArgs),
+    /// On a hybrid node: the containerd NRI plugin that pins each container of a pod the bridge
+    /// bound to the CPUs Slurm gave its job on this node (docs/hybrid.md).
+    NodeAgent(node_agent::NodeAgentArgs),
 }
 
 /// Load the config: the given path, else the default path when it exists, else the empty
@@ -100,6 +104,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => Box::pin(run::run(cfg, args)),
             Command::Status(args) => Box::pin(status::run(cfg, args)),
             Command::ReleaseFinalizers(args) => Box::pin(release_finalizers::run(cfg, args)),
+            Command::NodeAgent(args) => Box::pin(node_agent::run(cfg, args)),
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };
     eprintln!("note: using {origin}");

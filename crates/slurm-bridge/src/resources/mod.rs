@@ -2,6 +2,7 @@
 //! and the CPU map (the DRA device logic built on them is [`crate::dra`]).
 
 pub mod bitmap;
+pub mod cpulist;
 pub mod cpumap;
 pub mod gres;
 pub mod pod_resources;

@@ -99,6 +99,11 @@ pub fn build(
         tasks_per_node: j.tasks_per_node,
         cpus_per_task: j.cpus_per_task,
         memory_per_node: j.mem_per_node_mib.map(NoVal::Set),
+        // Pods that set no memory would otherwise get the node's whole memory from Slurm.
+        memory_per_cpu: match j.mem_per_node_mib {
+            None => cfg.default_mem_per_cpu_mib.map(NoVal::Set),
+            Some(_) => None,
+        },
         tres_per_node: j.gres.clone(),
         time_limit: j.time_limit_minutes.map(NoVal::Set),
         priority: granted.priority.map(NoVal::Set),
@@ -232,6 +237,34 @@ mod tests {
         assert_eq!(d.priority, Some(NoVal::Set(5)));
         assert_eq!(d.excluded_nodes, None);
         assert!(d.required_nodes.is_none());
+    }
+
+    #[test]
+    fn the_default_memory_per_cpu_applies_only_when_the_pods_set_no_memory() {
+        let cfg = Config {
+            default_mem_per_cpu_mib: Some(512),
+            ..cfg()
+        };
+        let ir = |mem: Option<u64>| SlurmJobIr {
+            root: ObjectRef::new("v1", "Pod", "ns", "p"),
+            pods: vec![pod("p")],
+            job: JobInfo {
+                cpus_per_task: Some(2),
+                mem_per_node_mib: mem,
+                ..Default::default()
+            },
+        };
+        let desc = |ir: &SlurmJobIr, cfg: &Config| {
+            build(ir, "g", cfg, &Granted::as_asked(&asked(ir, cfg)), &[])
+        };
+        let none = desc(&ir(None), &cfg);
+        assert_eq!(none.memory_per_cpu, Some(NoVal::Set(512)));
+        assert_eq!(none.memory_per_node, None);
+        let some = desc(&ir(Some(300)), &cfg);
+        assert_eq!(some.memory_per_cpu, None);
+        assert_eq!(some.memory_per_node, Some(NoVal::Set(300)));
+        // Unset in the config: Slurm's own DefMemPerCPU (or the whole node) applies.
+        assert_eq!(desc(&ir(None), &super::tests::cfg()).memory_per_cpu, None);
     }
 
     fn pod_of_class(name: &str, class: &str, priority: i32) -> Pod {

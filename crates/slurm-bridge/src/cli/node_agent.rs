@@ -1,0 +1,85 @@
+//! `slurm-bridge node-agent`: the containerd NRI plugin that pins the containers of the pods the
+//! bridge bound on this node to their Slurm job's CPUs ([`crate::node_agent`], docs/hybrid.md).
+
+use crate::config::Config;
+use crate::node_agent::{Agent, Topology, Unmanaged};
+use crate::resources::cpulist::parse_cpu_list;
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// Flags of `node-agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeAgentArgs {
+    /// This node's Kubernetes name (the chart passes `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node: String,
+    /// Slurm's name for this node, when it differs (its `slinky.slurm.net/slurm-nodename` label).
+    #[arg(long)]
+    pub slurm_node: Option<String>,
+    /// containerd's NRI socket.
+    #[arg(long, default_value = "/var/run/nri/nri.sock")]
+    pub nri_socket: PathBuf,
+    /// Containers of pods the bridge did not bind: `leave` them as the kubelet made them, or
+    /// confine them to a CPU list such as `0-1` (e.g. Slurm's CpuSpecList cores).
+    #[arg(long, default_value = "leave", value_parser = parse_unmanaged)]
+    pub unmanaged_cpus: Unmanaged,
+    /// The sysfs this machine's CPU topology is read from.
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs: PathBuf,
+    /// The plugin's index among NRI plugins (two digits; lower runs first).
+    #[arg(long, default_value = "10")]
+    pub plugin_index: String,
+}
+
+fn parse_unmanaged(s: &str) -> Result<Unmanaged, String> {
+    if s.trim().eq_ignore_ascii_case("leave") {
+        return Ok(Unmanaged::Leave);
+    }
+    let cpus = parse_cpu_list(s).map_err(|e| format!("{e}, or `leave`"))?;
+    if cpus.is_empty() {
+        return Err("an empty CPU list: give `leave` or CPUs such as 0-1".into());
+    }
+    Ok(Unmanaged::Cpus(cpus.into_iter().map(i64::from).collect()))
+}
+
+/// Runs the agent until SIGTERM/SIGINT, reconnecting to the runtime when it restarts.
+pub async fn run(cfg: Config, args: NodeAgentArgs) -> anyhow::Result<()> {
+    let topology = Topology::read(&args.sysfs)
+        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
+    let slurm = super::process::slurm_client(&cfg)?;
+    let cluster = (!cfg.cluster_name.is_empty()).then(|| cfg.cluster_name.clone());
+    let slurm_node = args.slurm_node.clone().unwrap_or_else(|| args.node.clone());
+    tracing::info!(
+        node = %args.node,
+        slurm_node = %slurm_node,
+        socket = %args.nri_socket.display(),
+        cores = topology.cpus.slurm_cores(),
+        "node agent starting"
+    );
+    let agent = Agent::new(slurm, cluster, slurm_node, topology, args.unmanaged_cpus);
+    let mut signals = super::process::signals()?;
+    tokio::select! {
+        r = crate::node_agent::serve(agent, &args.nri_socket, &args.plugin_index) => r.map_err(Into::into),
+        _ = futures::StreamExt::next(&mut signals) => {
+            tracing::info!("node agent stopping; pinned containers keep their CPUs");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmanaged_cpus_is_leave_or_a_cpu_list() {
+        assert_eq!(parse_unmanaged("leave").unwrap(), Unmanaged::Leave);
+        assert_eq!(
+            parse_unmanaged("0-1").unwrap(),
+            Unmanaged::Cpus([0, 1].into())
+        );
+        let e = parse_unmanaged("some").unwrap_err();
+        assert!(e.contains("expected") && e.contains("leave"), "{e}");
+        assert!(parse_unmanaged("").unwrap_err().contains("empty"));
+    }
+}
