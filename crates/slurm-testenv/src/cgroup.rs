@@ -3,7 +3,8 @@
 //! Each slurmd runs in its own cgroup namespace rooted at
 //! `/sys/fs/cgroup/<controller>/slurm-testenv/<instance>/<node>` (cpuset, memory, freezer), so
 //! slurmd's own `slurm_<node>/uid_0/job_N/step_M` folders of two instances never meet. Folders
-//! are removed deepest first (the kernel refuses to remove a cgroup with children or tasks).
+//! are removed deepest first (the kernel refuses to remove a cgroup with children or tasks),
+//! the shared `slurm-testenv` folders too once no instance has folders there.
 
 use crate::error::{Error, Result};
 use std::fs;
@@ -16,12 +17,29 @@ pub const CONTROLLERS: [&str; 3] = ["cpuset", "memory", "freezer"];
 
 /// Where the host mounts the v1 hierarchies.
 const MOUNT: &str = "/sys/fs/cgroup";
-/// The folder under each hierarchy's root holding every instance's folders.
+/// The folder under each hierarchy's root holding the folders of every instance of the default
+/// run folder (`/run/slurm-testenv`); instances of another (`SLURM_TESTENV_RUN_DIR`) use
+/// `slurm-testenv-<hash of that folder>`, so equal instance names never meet and each sweep
+/// sees its own instances only.
 const TOP: &str = "slurm-testenv";
 
-/// `/sys/fs/cgroup/<controller>/slurm-testenv`.
+/// `/sys/fs/cgroup/<controller>/slurm-testenv[-<hash>]`.
 fn top(controller: &str) -> PathBuf {
-    Path::new(MOUNT).join(controller).join(TOP)
+    let run = crate::paths::run_dir();
+    let name = if run == Path::new("/run/slurm-testenv") {
+        TOP.to_string()
+    } else {
+        // FNV-1a: stable across builds and processes.
+        let hash = run
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf29ce484222325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+        format!("{TOP}-{:08x}", hash as u32)
+    };
+    Path::new(MOUNT).join(controller).join(name)
 }
 
 /// The instance's folder in each controller.
