@@ -222,6 +222,7 @@ pub async fn run<H: Handler>(
 }
 
 /// [`run`], with `runtime` connected for the duration: calls on it reach this connection.
+/// Dropping the future (e.g. aborting its task) closes the connection.
 pub async fn run_with<H: Handler>(
     socket: &Path,
     plugin_name: &str,
@@ -239,10 +240,26 @@ pub async fn run_with<H: Handler>(
     let (read, write) = stream.into_split();
     let conn = Arc::new(Conn::new(write));
     runtime.attach(conn.clone());
-    let result = session(read, &conn, plugin_name, plugin_idx, handler).await;
-    runtime.detach(&conn);
-    conn.close();
-    result
+    // Detached and closed also when this future is dropped, so the socket closes then too.
+    let _attached = Attached {
+        runtime,
+        conn: conn.clone(),
+    };
+    session(read, &conn, plugin_name, plugin_idx, handler).await
+}
+
+/// Detaches a connection from its [`Runtime`] handle and fails its calls in flight when the
+/// connection ends, however it ends; the socket closes once the last task using it is gone.
+struct Attached<'a> {
+    runtime: &'a Runtime,
+    conn: Arc<Conn>,
+}
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.runtime.detach(&self.conn);
+        self.conn.close();
+    }
 }
 
 async fn session<H: Handler>(

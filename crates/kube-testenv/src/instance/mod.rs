@@ -365,7 +365,8 @@ impl Instance {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// `KUBECONFIG=...` as `up` prints it (and `KUBE_TESTENV_IMAGE=...` with kubelet nodes).
+    /// `KUBECONFIG=...` as `up` prints it (and `KUBE_TESTENV_IMAGE=...`,
+    /// `KUBE_TESTENV_NRI_DIR=...` with kubelet nodes).
     pub fn env_lines(&self) -> String {
         env_lines(&self.dir)
     }
@@ -374,6 +375,16 @@ impl Instance {
     /// has kubelet nodes.
     pub fn image(&self) -> Option<&'static str> {
         self.kubelet.as_ref().map(|_| realnodes::IMAGE)
+    }
+
+    /// The NRI socket of kubelet node `node`'s containerd (`<dir>/nri/<node>.sock`, in the
+    /// folder `up` prints as `KUBE_TESTENV_NRI_DIR`), where an NRI plugin connects to adjust the
+    /// node's containers; `None` when `node` is not a kubelet node.
+    pub fn nri_socket(&self, node: &str) -> Option<PathBuf> {
+        self.kubelet
+            .as_ref()
+            .filter(|k| k.nodes.iter().any(|n| n == node))
+            .map(|_| nri_dir(&self.dir).join(format!("{node}.sock")))
     }
 
     /// The kubelet nodes (`node-1` .. `node-N`); empty without.
@@ -411,14 +422,24 @@ impl Drop for Instance {
     }
 }
 
-/// The lines `up` prints: `KUBE_TESTENV_IMAGE` first when the instance has kubelet nodes, then
-/// `KUBECONFIG` (which `up` waits for).
+/// The lines `up` prints: `KUBE_TESTENV_IMAGE` and `KUBE_TESTENV_NRI_DIR` first when the
+/// instance has kubelet nodes, then `KUBECONFIG` (which `up` waits for).
 pub(crate) fn env_lines(dir: &Path) -> String {
-    let image = match read_meta(dir).and_then(|m| m.kubelet) {
-        Some(_) => format!("KUBE_TESTENV_IMAGE={}\n", realnodes::IMAGE),
+    let kubelet = match read_meta(dir).and_then(|m| m.kubelet) {
+        Some(_) => format!(
+            "KUBE_TESTENV_IMAGE={}\nKUBE_TESTENV_NRI_DIR={}\n",
+            realnodes::IMAGE,
+            nri_dir(dir).display()
+        ),
         None => String::new(),
     };
-    format!("{image}KUBECONFIG={}\n", dir.join("kubeconfig").display())
+    format!("{kubelet}KUBECONFIG={}\n", dir.join("kubeconfig").display())
+}
+
+/// The folder of the kubelet nodes' NRI sockets, `<node>.sock` each (containerd's
+/// `socket_path`, written by realnodes).
+fn nri_dir(dir: &Path) -> PathBuf {
+    dir.join("nri")
 }
 
 /// Imports `archive` into each kubelet node's containerd.
