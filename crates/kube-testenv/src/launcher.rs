@@ -34,6 +34,9 @@ pub(crate) struct Launcher {
     /// `(instance name, slot)` when the instance runs kubelet nodes: the watchdog cleans up
     /// after them too.
     pub(crate) kubelet: Option<(String, u8)>,
+    /// TCP forwarders of the kubelet nodes' pods (crate::realnodes::forward), stopped with the
+    /// daemons.
+    pub(crate) forwards: Vec<tokio::task::AbortHandle>,
 }
 
 impl Launcher {
@@ -182,6 +185,9 @@ impl Launcher {
     }
 
     pub(crate) fn kill_all(&mut self) {
+        for f in self.forwards.drain(..) {
+            f.abort();
+        }
         kill_group(self.pgid, self.leader);
         for (component, c) in self.children.iter_mut() {
             stop_child(component, c);

@@ -50,8 +50,9 @@ fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
 }
 
 /// Generates a fresh CA and everything signed by it, with a kubelet client certificate for
-/// each of `nodes`.
-pub fn generate(nodes: &[String]) -> Result<Pki> {
+/// each of `nodes`; the serving certificate is also valid for `extra_names` (the `kubernetes`
+/// Service's ClusterIP of an instance with its own service CIDR).
+pub fn generate(nodes: &[String], extra_names: &[String]) -> Result<Pki> {
     let ca_key = KeyPair::generate().map_err(pki_err("CA key"))?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki_err("CA"))?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -69,6 +70,7 @@ pub fn generate(nodes: &[String]) -> Result<Pki> {
         SERVING_NAMES
             .iter()
             .map(|s| s.to_string())
+            .chain(extra_names.iter().cloned())
             .collect::<Vec<_>>(),
     )
     .map_err(pki_err("serving certificate"))?;
@@ -124,7 +126,7 @@ mod tests {
 
     #[test]
     fn generates_distinct_pem_material() {
-        let pki = generate(&["node-1".to_string()]).unwrap();
+        let pki = generate(&["node-1".to_string()], &["10.96.3.1".to_string()]).unwrap();
         assert_eq!(pki.nodes.len(), 1);
         assert_ne!(pki.nodes[0].1, pki.admin_cert);
         assert!(pki.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));

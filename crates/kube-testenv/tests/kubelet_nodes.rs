@@ -224,3 +224,122 @@ async fn kubelet_node_runs_containers_beside_a_simulated_node() {
         .collect();
     assert!(links.is_empty(), "links left: {links:?}");
 }
+
+/// In-cluster pods: a pod on a kubelet node reaches the API server through the `kubernetes`
+/// Service (the `KUBERNETES_SERVICE_HOST`/`_PORT` kubelet sets) with its ServiceAccount token,
+/// and a loopback port of the host exposed to the pods; the API server's certificate is valid
+/// for the Service's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_reach_the_api_server_as_their_service_account() {
+    let mut inst = Instance::start(InstanceOptions {
+        kubelet_nodes: 1,
+        ..InstanceOptions::with_nodes(1)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("start an instance with a kubelet node: {e}"));
+    let image = inst.image().expect("kubelet nodes").to_string();
+    let client = inst.client();
+
+    // The `kubernetes` Service's ClusterIP is the instance's own, and the serving certificate
+    // names it: a client verifying the certificate reaches the API server there (from the host,
+    // through the same forwarder as pods).
+    let svc: k8s_openapi::api::core::v1::Service = Api::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .expect("the kubernetes Service");
+    let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
+    assert!(cluster_ip.starts_with("10.96."), "{cluster_ip}");
+    let kubeconfig = kube::config::Kubeconfig::read_from(inst.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.cluster_url = format!("https://{cluster_ip}:443").parse().unwrap();
+    let through_service = kube::Client::try_from(config).unwrap();
+    let version = through_service
+        .apiserver_version()
+        .await
+        .expect("the API server through the kubernetes Service, its certificate verified");
+    assert_eq!(version.git_version, "v1.36.3");
+
+    // A loopback port of the host, exposed to the pods.
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = host.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut s, _)) = host.accept().await {
+            let _ = s.write_all(b"hello-from-host\n").await;
+        }
+    });
+    let exposed = inst.expose_host_port(port).await.expect("expose the port");
+    let (exposed_ip, exposed_port) = exposed.rsplit_once(':').unwrap();
+
+    // busybox's TLS client shares no cipher suite with Go's server, so the pod speaks plain
+    // HTTP to the Service address (kube-apiserver answers that it serves HTTPS: the server is
+    // reached from the pod's network namespace), prints its ServiceAccount token, which the
+    // test presents to the API server, and reads the exposed port.
+    let script = format!(
+        "set -e; echo \"service=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT\"; \
+         printf 'GET /version HTTP/1.0\\r\\n\\r\\n' | nc $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT; echo; \
+         echo \"token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)\"; \
+         nc {exposed_ip} {exposed_port} </dev/null"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod("in-cluster", "node-1", &image, &script),
+    )
+    .await
+    .expect("create pod");
+    let done = ended(&pods, "in-cluster").await;
+    let logs = pods
+        .logs("in-cluster", &LogParams::default())
+        .await
+        .unwrap_or_default();
+    assert_eq!(phase(&done), "Succeeded", "logs:\n{logs}");
+    assert!(
+        logs.contains(&format!("service={cluster_ip}:443")),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("Client sent an HTTP request to an HTTPS server"),
+        "{logs}"
+    );
+    assert!(logs.contains("hello-from-host"), "{logs}");
+
+    // The pod's projected token authenticates it as its ServiceAccount.
+    let token = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .expect("the pod printed its token")
+        .trim()
+        .to_string();
+    let kubeconfig = kube::config::Kubeconfig::read_from(inst.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.cluster_url = format!("https://{cluster_ip}:443").parse().unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let as_pod = kube::Client::try_from(config).unwrap();
+    let review: serde_json::Value = as_pod
+        .request(
+            http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+                .header("Content-Type", "application/json")
+                .body(
+                    serde_json::to_vec(&json!({
+                        "apiVersion": "authentication.k8s.io/v1",
+                        "kind": "SelfSubjectReview",
+                    }))
+                    .unwrap(),
+                )
+                .unwrap(),
+        )
+        .await
+        .expect("SelfSubjectReview with the pod's token");
+    assert_eq!(
+        review["status"]["userInfo"]["username"], "system:serviceaccount:default:default",
+        "{review}"
+    );
+}

@@ -85,7 +85,15 @@ impl Instance {
     ) -> Result<(kube::Client, AgentHandle)> {
         let kube_bin = &bins[0];
         let kubelet_names = real.map(|(_, k)| k.nodes.clone()).unwrap_or_default();
-        let pki = pki::generate(&kubelet_names)?;
+        // With kubelet nodes the instance has a service CIDR of its own, whose `kubernetes`
+        // Service address pods reach (crate::realnodes::forward).
+        let service_cidr = real
+            .map(|(_, k)| realnodes::service_cidr(k.slot))
+            .unwrap_or_else(|| SERVICE_CIDR.to_string());
+        let extra_names: Vec<String> = real
+            .map(|(_, k)| vec![realnodes::kubernetes_service_ip(k.slot)])
+            .unwrap_or_default();
+        let pki = pki::generate(&kubelet_names, &extra_names)?;
         let p = dir.join("pki");
         for (file, text, mode) in [
             ("ca.crt", &pki.ca_cert, 0o644),
@@ -143,7 +151,7 @@ impl Instance {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", pkis("sa.pub")),
             format!("--service-account-signing-key-file={}", pkis("sa.key")),
-            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-cluster-ip-range={service_cidr}"),
             "--authorization-mode=Node,RBAC".into(),
             format!("--runtime-config={RUNTIME_CONFIG}"),
             format!("--feature-gates={FEATURE_GATES}"),
@@ -155,6 +163,12 @@ impl Instance {
             format!("--kubelet-client-certificate={}", pkis("admin.crt")),
             format!("--kubelet-client-key={}", pkis("admin.key")),
         ];
+        if real.is_some() {
+            // Webhooks and aggregated APIs behind a Service are reached at a ready endpoint
+            // (a pod IP, routed to the nodes' CNI bridges), as no kube-proxy makes ClusterIPs
+            // work on the host.
+            apiserver_flags.push("--enable-aggregator-routing=true".into());
+        }
         if is_large(opts) {
             // New nodes get no not-ready taint that the controller manager would have to lift
             // one by one (they are created Ready; a node that turns NotReady is still tainted).
@@ -187,7 +201,7 @@ impl Instance {
         kcm.extend([
             format!("--service-account-private-key-file={}", pkis("sa.key")),
             format!("--root-ca-file={}", pkis("ca.crt")),
-            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-cluster-ip-range={service_cidr}"),
             format!(
                 "--controllers={}",
                 opts.controllers.as_deref().unwrap_or(if is_large(opts) {

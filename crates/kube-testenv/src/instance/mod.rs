@@ -220,6 +220,7 @@ impl Instance {
             leader: None,
             specs: Vec::new(),
             kubelet: kubelet.as_ref().map(|k| (name.clone(), k.slot)),
+            forwards: Vec::new(),
         };
         let booted = Self::boot(
             &opts,
@@ -399,6 +400,24 @@ impl Instance {
     /// into every kubelet node's containerd, under the names the archive gives.
     pub fn load_image(&self, archive: &Path) -> Result<()> {
         load_image(&self.dir, self.kubelet.as_ref(), archive)
+    }
+
+    /// Makes port `port` of the host's loopback reachable from the kubelet nodes' pods, for a
+    /// service started beside the instance such as slurm-testenv's slurmrestd; returns the
+    /// address pods use, `10.199.<slot>.254:<port>` (the host's address on the instance's
+    /// bridge). The forwarding runs in this process (crate::realnodes::forward) until the
+    /// instance stops.
+    pub async fn expose_host_port(&mut self, port: u16) -> Result<String> {
+        let k = self.kubelet.as_ref().ok_or_else(|| {
+            Error::Invalid("the instance has no kubelet nodes whose pods need the host".into())
+        })?;
+        let addr = format!("{}:{port}", realnodes::host_ip(k.slot));
+        let listen = addr.parse().expect("an IP and a port");
+        let handle =
+            realnodes::forward::spawn(listen, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+                .await?;
+        self.launcher.forwards.push(handle);
+        Ok(addr)
     }
 
     fn shutdown(&mut self) {

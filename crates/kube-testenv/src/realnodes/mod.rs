@@ -11,6 +11,7 @@
 //! `/var/lib/cni`), and files holding the values kubelet wants over the sysctls it would
 //! otherwise change on the host; every mount they make goes away with the namespace.
 
+pub mod forward;
 pub mod host;
 
 use crate::agent::NodeSpec;
@@ -68,6 +69,24 @@ pub fn names(n: usize) -> Vec<String> {
 /// The node IP of kubelet node `i` (1-based) of the instance in `slot`.
 pub(crate) fn node_ip(slot: u8, i: usize) -> String {
     format!("10.199.{slot}.{i}")
+}
+
+/// The host's address on the bridge of the instance in `slot`: pods reach the host's loopback
+/// ports exposed there ([`crate::Instance::expose_host_port`]).
+pub(crate) fn host_ip(slot: u8) -> String {
+    format!("10.199.{slot}.254")
+}
+
+/// The service CIDR of an instance with kubelet nodes, its own so that each instance's
+/// `kubernetes` Service (the first address) can be an address on its bridge.
+pub(crate) fn service_cidr(slot: u8) -> String {
+    format!("10.96.{slot}.0/24")
+}
+
+/// The ClusterIP of the `kubernetes` Service of the instance in `slot` (kube-apiserver takes the
+/// first address of the service CIDR).
+pub(crate) fn kubernetes_service_ip(slot: u8) -> String {
+    format!("10.96.{slot}.1")
 }
 
 /// The pod /24 of kubelet node `i` (1-based) of the instance in `slot` (inside 10.200.0.0/13).
@@ -190,7 +209,21 @@ pub(crate) async fn start(
             &bridge,
         ])?;
     }
+    for addr in [host_ip(slot), kubernetes_service_ip(slot)] {
+        ip(&["addr", "add", &format!("{addr}/32"), "dev", &bridge])?;
+    }
     ip(&["link", "set", &bridge, "up"])?;
+    // The `kubernetes` Service for pods: its ClusterIP, port 443, to kube-apiserver.
+    let apiserver: std::net::SocketAddr = server
+        .strip_prefix("https://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| Error::Invalid(format!("API server URL {server}: not https://IP:PORT")))?;
+    let service: std::net::SocketAddr = format!("{}:443", kubernetes_service_ip(slot))
+        .parse()
+        .expect("an IP and a port");
+    launcher
+        .forwards
+        .push(forward::spawn(service, apiserver).await?);
     for n in nodes {
         create_cgroup(&format!("{}/{}", cgroup_parent(instance), n.name))?;
     }
