@@ -68,6 +68,9 @@ pub enum Error {
     )]
     NeedsAccounting { what: &'static str },
 
+    #[error("{what} needs slurmd-run nodes (`--slurmd-nodes N`, InstanceOptions::slurmd_nodes)")]
+    NeedsSlurmdNodes { what: &'static str },
+
     #[error("cannot add the Unix user or group: {what}")]
     UnixUser { what: String },
 

@@ -12,6 +12,11 @@
 //! (fairshare); [`Instance::sacctmgr`], [`Instance::add_unix_user`] and
 //! [`Instance::add_unix_group`] set up tenants.
 //!
+//! With [`InstanceOptions::cgroups`] the slurmd-run nodes confine job steps with Slurm's own
+//! cgroups (v1): they are the host's real CPUs ([`Instance::machine_cpus`]), a step may run only
+//! on its job's CPUs ([`Instance::job_cpu_ids`], [`cpus::cpus_allowed_list`]) and within its
+//! memory.
+//!
 //! ```no_run
 //! let slurm = slurm_testenv::Instance::start(slurm_testenv::InstanceOptions {
 //!     nodes: 2,

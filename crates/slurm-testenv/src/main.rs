@@ -77,7 +77,8 @@ enum Cmd {
 /// The nodes and policy of a new instance (`up` and `run`).
 #[derive(Args)]
 struct Shape {
-    /// Nodes node-1 .. node-S, each run by a real slurmd (8 CPUs, 16000 MB, feature slurm-bridge).
+    /// Nodes node-1 .. node-S, each run by a real slurmd (8 CPUs, 16000 MB, feature slurm-bridge;
+    /// with --cgroups the host's real CPUs).
     #[arg(long, default_value_t = 0)]
     slurmd_nodes: u32,
     /// External nodes (8 CPUs, 16000 MB, feature slurm-bridge), numbered after the slurmd nodes.

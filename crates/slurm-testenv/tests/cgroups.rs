@@ -254,3 +254,16 @@ fn killed_owner_leaves_no_cgroup() {
     });
     assert!(!Path::new(&inst.dir()).exists());
 }
+
+#[test]
+fn cgroups_need_slurmd_nodes() {
+    let err = Instance::start(InstanceOptions {
+        cgroups: true,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, slurm_testenv::Error::NeedsSlurmdNodes { .. }),
+        "{err}"
+    );
+}

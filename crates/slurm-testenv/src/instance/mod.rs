@@ -40,7 +40,8 @@ pub struct InstanceOptions {
     /// the slurmd nodes: `node-(S+1)` .. `node-(S+N)` with `S = slurmd_nodes`.
     pub nodes: u32,
     /// Nodes `node-1` .. `node-S`, each run by a real slurmd (8 CPUs, 16000 MB, feature
-    /// slurm-bridge), where batch jobs run: the hybrid nodes a kubelet shares with slurmd.
+    /// slurm-bridge; with [`InstanceOptions::cgroups`] the host's real CPUs), where batch jobs
+    /// run: the hybrid nodes a kubelet shares with slurmd.
     pub slurmd_nodes: u32,
     /// Preemption, more partitions, licenses and other slurm.conf knobs.
     pub policy: Policy,
@@ -216,9 +217,8 @@ impl Instance {
         }
         let host_cpus = if opts.cgroups {
             if opts.slurmd_nodes == 0 {
-                return Err(Error::Io {
-                    context: "cgroups confine the jobs of slurmd nodes: --cgroups needs --slurmd-nodes N (InstanceOptions::slurmd_nodes)".into(),
-                    source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                return Err(Error::NeedsSlurmdNodes {
+                    what: "confining job steps with cgroups (`--cgroups`)",
                 });
             }
             cgroup::check_available()?;
