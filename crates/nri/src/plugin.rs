@@ -96,7 +96,8 @@ impl From<FrameError> for Error {
 /// drops the plugin's connection; [`run`] then returns and the caller reconnects.
 pub trait Handler: Send + Sync + 'static {
     /// The pods and containers the runtime has when the plugin connects (after a restart of
-    /// either side); returns updates to apply to them, such as re-pinning their cpusets.
+    /// either side; stopped containers left out); returns updates to apply to them, such as
+    /// re-pinning their cpusets. containerd creates no container meanwhile.
     fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
@@ -172,7 +173,8 @@ impl Runtime {
 
     /// Asks the runtime to update running containers (e.g. [`ContainerUpdate::cpuset`] to
     /// re-pin them); returns the updates it failed to apply. Do not await it from inside a
-    /// [`Handler`] method: return updates from the handler instead.
+    /// [`Handler`] method: containerd runs its NRI calls and this one under one lock, so it would
+    /// wait until the runtime's request timeout drops the plugin; return updates instead.
     pub async fn update_containers(
         &self,
         updates: Vec<ContainerUpdate>,
