@@ -41,6 +41,7 @@ mount --rbind /sys "$R/sys"
 if [ -n "$SLURM_TESTENV_CGROUPS" ]; then
   mount -t tmpfs -o mode=755,size=1m cgroup "$R/sys/fs/cgroup"
   for C in $SLURM_TESTENV_CGROUPS; do mkdir "$R/sys/fs/cgroup/$C"; mount -t cgroup -o "$C" cgroup "$R/sys/fs/cgroup/$C"; done
+  unset SLURM_TESTENV_CGROUPS
 fi
 RUN="$I/${SLURM_TESTENV_RUN:-run}"
 if [ -n "$I" ]; then mount --bind "$I" "$R/slurm-testenv"; mkdir -p "$RUN"; mount --bind "$RUN" "$R/run"; fi
