@@ -172,7 +172,9 @@ impl Runtime {
     }
 
     /// Asks the runtime to update running containers (e.g. [`ContainerUpdate::cpuset`] to
-    /// re-pin them); returns the updates it failed to apply. Do not await it from inside a
+    /// re-pin them); returns the updates it failed to apply. containerd 2.4 skips ids it does
+    /// not know, and when an update fails it answers with an error alone:
+    /// [`Error::Refused`], the others applied. Do not await it from inside a
     /// [`Handler`] method: containerd runs its NRI calls and this one under one lock, so it would
     /// wait until the runtime's request timeout drops the plugin; return updates instead.
     pub async fn update_containers(

@@ -7,7 +7,7 @@
 //!   status.
 //! - A plugin connecting after a pod started is told of its container by Synchronize (running,
 //!   with its pid; the pinned one with its cpuset), and an UpdateContainers re-pins it: the
-//!   container's process shows the new list in /proc.
+//!   container's process shows the new list in /proc. An update runc cannot apply is refused.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
@@ -233,10 +233,24 @@ async fn pins_reach_runc_and_synchronize_then_update_repins() {
     };
     assert_eq!(proc_cpus(late.pid).as_deref(), Some(unpinned.as_str()));
 
-    // ... and an unsolicited update re-pins the running one.
+    // An update runc cannot apply (no such CPU) comes back as the runtime's refusal.
+    let err = plugin
+        .runtime
+        .update_containers(vec![ContainerUpdate::cpuset(&late.id, "63")])
+        .await
+        .expect_err("CPU 63 does not exist");
+    assert!(matches!(err, nri_plugin::Error::Refused { .. }), "{err}");
+
+    // An unsolicited update re-pins the running one. Ids the runtime does not know are
+    // skipped; 300 of them make the request about 15 kB, so it leaves in several multiplexer
+    // frames, which containerd must reassemble.
+    let mut updates: Vec<_> = (0..300)
+        .map(|i| ContainerUpdate::cpuset(&format!("absent-{i:04}-{}", "x".repeat(20)), "1"))
+        .collect();
+    updates.push(ContainerUpdate::cpuset(&late.id, "1"));
     let failed = plugin
         .runtime
-        .update_containers(vec![ContainerUpdate::cpuset(&late.id, "1")])
+        .update_containers(updates)
         .await
         .expect("UpdateContainers");
     assert!(failed.is_empty(), "failed updates: {failed:?}");
