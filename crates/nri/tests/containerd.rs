@@ -8,6 +8,9 @@
 //! - A plugin connecting after a pod started is told of its container by Synchronize (running,
 //!   with its pid; the pinned one with its cpuset), and an UpdateContainers re-pins it: the
 //!   container's process shows the new list in /proc. An update runc cannot apply is refused.
+//! - A handler answering after containerd's request timeout (2 s) gets the plugin dropped, and
+//!   the container is created without the adjustment.
+//! - When containerd goes away, `run` returns.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
@@ -26,8 +29,8 @@ const WAIT: Duration = Duration::from_secs(90);
 const NS: &str = "default";
 const REFUSAL: &str = "refused by the test plugin";
 
-/// Pins the pods named in `pins` at creation, refuses pods named `refused`, and reports every
-/// Synchronize on `synced`.
+/// Pins the pods named in `pins` at creation, refuses pods named `refused`, answers too late
+/// for pods named `slow`, and reports every Synchronize on `synced`.
 struct TestPinner {
     pins: HashMap<&'static str, &'static str>,
     synced: mpsc::UnboundedSender<(Vec<PodSandbox>, Vec<Container>)>,
@@ -53,6 +56,10 @@ impl Handler for TestPinner {
         }
         if pod.name == "refused" {
             return Err(REFUSAL.to_string());
+        }
+        if pod.name == "slow" {
+            // Past containerd's request timeout (2 s).
+            tokio::time::sleep(Duration::from_secs(3)).await;
         }
         Ok(match self.pins.get(pod.name.as_str()) {
             Some(cpus) => ContainerAdjustment::cpuset(cpus),
@@ -259,7 +266,23 @@ async fn pins_reach_runc_and_synchronize_then_update_repins() {
     })
     .await;
 
-    // The runtime goes away: the plugin's run returns (for its caller to reconnect).
+    // 4. A handler slower than containerd's request timeout: containerd drops the plugin (run
+    // returns, for the caller to reconnect) and creates the container without the adjustment.
+    plugin.task.abort();
+    let _ = plugin.task.await;
+    let mut plugin = start_plugin(socket.clone(), HashMap::from([("slow", "0")]));
+    plugin.next_sync().await;
+    pods.create(&pp, &pod("slow", node, image)).await.unwrap();
+    let ended = tokio::time::timeout(WAIT, &mut plugin.task)
+        .await
+        .expect("containerd drops a plugin that answers late")
+        .expect("the plugin's task");
+    assert!(ended.is_ok(), "{ended:?}");
+    assert_eq!(printed_cpus(&pods, "slow").await, unpinned);
+
+    // 5. The runtime goes away: the plugin's run returns (for its caller to reconnect).
+    let mut plugin = start_plugin(socket.clone(), HashMap::new());
+    plugin.next_sync().await;
     drop(inst);
     let ended = tokio::time::timeout(WAIT, plugin.task)
         .await
