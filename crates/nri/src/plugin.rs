@@ -93,7 +93,8 @@ impl From<FrameError> for Error {
 
 /// The node agent's side of NRI: called by the runtime for each subscribed event. A handler
 /// must answer within the runtime's request timeout (containerd's default: 2 s), or the runtime
-/// drops the plugin's connection; [`run`] then returns and the caller reconnects.
+/// drops the plugin's connection and goes on without it (a container being created then starts
+/// unadjusted); [`run`] then returns and the caller reconnects.
 pub trait Handler: Send + Sync + 'static {
     /// The pods and containers the runtime has when the plugin connects (after a restart of
     /// either side; stopped containers left out); returns updates to apply to them, such as
