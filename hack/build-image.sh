@@ -17,6 +17,8 @@
 # entries, uid/gid 0, mtimes from SOURCE_DATE_EPOCH, default 0). Load it with
 #   skopeo copy oci-archive:target/slurm-bridge-image.tar containers-storage:slurm-bridge:0.1.0
 #   podman load -i target/slurm-bridge-image.tar
+#   ctr -n k8s.io images import target/slurm-bridge-image.tar   (containerd, as the kubelet's
+#                   runtime: named docker.io/library/slurm-bridge:0.1.0, what the kubelet looks up)
 # Needs only bash, coreutils, tar, gzip, ldd (and binutils' strip unless --no-strip).
 set -euo pipefail
 umask 022
@@ -197,11 +199,20 @@ printf '%s' \
   >"$work/manifest.json"
 read -r manifest_digest manifest_size < <(add_blob "$work/manifest.json")
 
+# The full name the tag stands for (as Docker and the kubelet read a familiar name such as
+# slurm-bridge:0.1.0: docker.io/library/slurm-bridge:0.1.0), for containerd's import (`ctr images
+# import`, which takes the OCI ref.name verbatim, so the kubelet would never find the image).
+case "${tag%%/*}" in
+  "$tag") full_name="docker.io/library/$tag" ;;
+  *.* | *:* | localhost) full_name="$tag" ;;
+  *) full_name="docker.io/$tag" ;;
+esac
+
 printf '%s' \
   "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\"," \
   "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:$manifest_digest\",\"size\":$manifest_size," \
   "\"platform\":{\"architecture\":\"$arch\",\"os\":\"linux\"$variant_field}," \
-  "\"annotations\":{\"org.opencontainers.image.ref.name\":\"$tag\"}}]}" \
+  "\"annotations\":{\"io.containerd.image.name\":\"$full_name\",\"org.opencontainers.image.ref.name\":\"$tag\"}}]}" \
   >"$layout/index.json"
 printf '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
 

@@ -179,6 +179,11 @@ fn image_archive_runs_slurm_bridge_version_as_nonroot() {
         manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
         format!("slurm-bridge:{VERSION}")
     );
+    // containerd's import names the image by this (the kubelet looks up the full name).
+    assert_eq!(
+        manifests[0]["annotations"]["io.containerd.image.name"],
+        format!("docker.io/library/slurm-bridge:{VERSION}")
+    );
     assert_eq!(manifests[0]["platform"]["os"], "linux");
     assert_eq!(manifests[0]["platform"]["architecture"], oci_arch());
 

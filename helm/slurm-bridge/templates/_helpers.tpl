@@ -196,6 +196,11 @@ readinessProbe:
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- /* The Lease holder's identity (without it: the host name and PID, `<pod>-1`). */}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
 - name: RUST_LOG
   value: {{ include "slurm-bridge.logLevel" (index . 1) | quote }}
 {{- end -}}

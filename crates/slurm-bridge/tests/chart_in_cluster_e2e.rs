@@ -1,0 +1,643 @@
+//! The Helm chart installed and running in-cluster: the project's image (hack/build-image.sh,
+//! from this test's own `slurm-bridge` binary) loaded onto kube-testenv's kubelet nodes, and
+//! `helm install` with the chart's defaults, only the Slurm URL and token set (and no
+//! cert-manager, which kube-testenv lacks: the bridge manages its own certificates). Slurm is
+//! configured as a site would for the chart's default `mcsLabel: kubernetes`
+//! (`MCSPlugin=mcs/label`, docs/hybrid.md).
+//!
+//! Three kubelet nodes: node-1 and node-2 are Slurm's (labelled external, tainted as the node
+//! controller taints bridged nodes, so only the bridge's pods land there); node-3 is an ordinary
+//! node where kube-scheduler places the chart's own pods. Checked, each by what can be observed:
+//! - every Deployment's pods run on node-3 and become Ready through their probes, their process
+//!   runs as 65532 with a read-only root file system (read in /proc of the host);
+//! - the webhook answers through its Service (kube-apiserver reaches the endpoints): a pod
+//!   created in the managed namespace is mutated (scheduler name, toleration), scheduled through
+//!   Slurm onto node-1 or node-2 and its container runs (its log) and completes;
+//! - `helm upgrade` with a changed configuration rolls every Deployment: the scheduler's Lease
+//!   changes holder to a new pod, pods created during the roll are each scheduled once and no
+//!   pod has two Slurm jobs;
+//! - `helm uninstall` runs the pre-delete hook Job as a pod on a kubelet node, which releases
+//!   the bridge's finalizer from a pod still running;
+//! - the e2e invariants hold at the end.
+
+mod e2e;
+
+use e2e::{Env, SCHEDULER, create_retrying, helm, wait_some, wait_until};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, LogParams, PostParams};
+use serde_json::json;
+use slurm_bridge::wellknown::{
+    FINALIZER, LABEL_EXTERNAL_NODE, LABEL_SLURM_JOBID, managed_node_taint,
+};
+use slurm_bridge::workload::admin_comment::AdminComment;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const RELEASE: &str = "sb";
+const RELEASE_NS: &str = "slinky";
+const MANAGED_NS: &str = "slurm-bridge";
+/// Slurm's nodes (node-1, node-2); node-3 is the kubelet node for the chart's own pods.
+const SLURM_NODES: u32 = 2;
+const KUBELET_NODES: usize = 3;
+const BRIDGE_NODE: &str = "node-3";
+const WAIT: Duration = Duration::from_secs(180);
+
+/// `helm ARGS` against the instance (as `Instance::helm`, without blocking the runtime, so the
+/// test watches while helm waits for a rollout or a hook).
+async fn helm(env: &Env, args: &[&str]) -> String {
+    let home = env.kube_env.dir().join("helm");
+    let out = tokio::process::Command::new(kube_testenv::binaries::helm().expect("helm"))
+        .args(args)
+        .env("KUBECONFIG", env.kube_env.kubeconfig())
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The project's image, built by hack/build-image.sh from this test's binary (a debug build:
+/// a release build takes many minutes on 2 cores); returns the archive.
+fn build_image(dir: &Path) -> PathBuf {
+    let archive = dir.join("slurm-bridge-image.tar");
+    let started = Instant::now();
+    let out = std::process::Command::new(helm::repo_path("../../hack/build-image.sh"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_slurm-bridge"))
+        .arg("--output")
+        .arg(&archive)
+        .output()
+        .expect("run hack/build-image.sh");
+    assert!(
+        out.status.success(),
+        "hack/build-image.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "image built in {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .next()
+            .unwrap_or("")
+    );
+    archive
+}
+
+/// True once every Deployment of the release has rolled out: its current template's replicas
+/// all updated, ready and available, and no pod of an older template left.
+async fn rolled_out(env: &Env) -> bool {
+    let deps = Api::<Deployment>::namespaced(env.kube.clone(), RELEASE_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    !deps.is_empty()
+        && deps.iter().all(|d| {
+            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let Some(s) = &d.status else { return false };
+            s.observed_generation >= d.metadata.generation
+                && s.updated_replicas == Some(want)
+                && s.ready_replicas == Some(want)
+                && s.available_replicas == Some(want)
+                && s.replicas == Some(want)
+        })
+}
+
+/// The release's Deployment pods that are not being deleted.
+async fn bridge_pods(env: &Env) -> Vec<Pod> {
+    Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && !p.labels().contains_key("job-name"))
+        .collect()
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The host PIDs of the container `container_id` (`containerd://<id>`): the processes whose
+/// cgroup path names it.
+fn container_pids(container_id: &str) -> Vec<i32> {
+    let id = container_id.rsplit("://").next().unwrap_or(container_id);
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(e.path().join("cgroup")).is_ok_and(|c| c.contains(id)) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The user a process runs as (real, effective) and whether its root file system is mounted
+/// read-only, from /proc.
+fn process_identity(pid: i32) -> ((u32, u32), bool) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uids: Vec<u32> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .unwrap()
+        .split_whitespace()
+        .map(|u| u.parse().unwrap())
+        .collect();
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    // The last mount on "/" is the one the process sees; field 6 holds its options.
+    let root_ro = mountinfo
+        .lines()
+        .rev()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&"/"))
+        .is_some_and(|f| f[5].split(',').any(|o| o == "ro"));
+    ((uids[0], uids[1]), root_ro)
+}
+
+/// Checks the chart's pods as they run: on node-3, Ready (the kubelet's readiness probe passed),
+/// never restarted, as 65532 with a read-only root file system; returns their names.
+async fn check_bridge_pods(env: &Env) -> BTreeSet<String> {
+    let pods = bridge_pods(env).await;
+    let mut names = BTreeSet::new();
+    for p in &pods {
+        let name = p.name_any();
+        assert!(is_ready(p), "{name} is not Ready");
+        assert_eq!(e2e::node_of(p), BRIDGE_NODE, "{name}");
+        let spec = p.spec.as_ref().unwrap();
+        let c = &spec.containers[0];
+        assert!(
+            c.readiness_probe.is_some() && c.liveness_probe.is_some(),
+            "{name}: the chart's probes"
+        );
+        let status = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(status.restart_count, 0, "{name} restarted");
+        let pids = container_pids(status.container_id.as_deref().expect("a container id"));
+        assert!(
+            !pids.is_empty(),
+            "{name}: no process of its container on the host"
+        );
+        for pid in pids {
+            let (uids, root_ro) = process_identity(pid);
+            assert_eq!(uids, (65532, 65532), "{name}: process {pid}'s user");
+            assert!(
+                root_ro,
+                "{name}: process {pid}'s root file system is writable"
+            );
+        }
+        // Every call the chart's RBAC allows, nothing failed on the way up.
+        let logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{name}'s logs: {e}"));
+        for bad in ["forbidden", "Forbidden", " 403", "ERROR", "panicked"] {
+            assert!(!logs.contains(bad), "{name} logged {bad:?}:\n{logs}");
+        }
+        names.insert(name);
+    }
+    names
+}
+
+/// A pod for the managed namespace, names no scheduler (the webhook picks the bridge's): the
+/// kubelet nodes' busybox image running `script`.
+fn managed_pod(env: &Env, name: &str, grace: i64, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": MANAGED_NS},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "main", "image": env.kube_env.image().unwrap(),
+                "command": ["sh", "-c", script],
+                "resources": {"requests": {"cpu": "1", "memory": "32Mi"}}}]},
+    }))
+    .unwrap()
+}
+
+fn managed(env: &Env) -> Api<Pod> {
+    Api::namespaced(env.kube.clone(), MANAGED_NS)
+}
+
+/// Waits until `name` is bound to a node by the bridge (its job id label set); returns it.
+async fn wait_scheduled(env: &Env, name: &str) -> Pod {
+    let pods = managed(env);
+    wait_some(
+        &format!("{name} scheduled through Slurm"),
+        WAIT,
+        async || {
+            let p = pods.get(name).await.ok()?;
+            (!e2e::node_of(&p).is_empty() && p.labels().contains_key(LABEL_SLURM_JOBID))
+                .then_some(p)
+        },
+    )
+    .await
+}
+
+/// The managed namespace's side of the e2e invariants (tests/e2e/invariants.rs, there for the
+/// default namespace): every bound pod runs on a node of its Slurm job, each external job Slurm
+/// lists (any state) belongs to labelled pods and its admin_comment lists exactly them, so no
+/// pod was ever given two jobs.
+async fn assert_one_job_per_pod(env: &Env) {
+    let pods = managed(env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let slurm_names = env.slurm_names().await;
+    let mut by_job: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for p in &pods {
+        if let Some(id) = p.labels().get(LABEL_SLURM_JOBID) {
+            let id: u32 = id.parse().unwrap();
+            by_job
+                .entry(id)
+                .or_default()
+                .insert(format!("{MANAGED_NS}/{}", p.name_any()));
+            let node = e2e::node_of(p);
+            if !node.is_empty() {
+                env.assert_on_its_job(&p.name_any(), &node, id, &slurm_names)
+                    .await;
+            }
+        }
+    }
+    for id in env.slurm_job_ids() {
+        assert!(
+            by_job.contains_key(&id),
+            "Slurm job {id} belongs to no pod: {}",
+            env.scontrol_job(id)
+        );
+    }
+    for (id, labelled) in by_job {
+        let job = env.rest.job(id).await.expect("labelled job exists");
+        let comment = AdminComment::decode(job.admin_comment.as_deref().unwrap_or("")).unwrap();
+        let listed: BTreeSet<String> = comment.pods.into_iter().collect();
+        assert_eq!(listed, labelled, "job {id}: admin_comment vs labelled pods");
+    }
+}
+
+async fn lease(env: &Env) -> Option<(String, i32)> {
+    let l = Api::<Lease>::namespaced(env.kube.clone(), RELEASE_NS)
+        .get_opt(SCHEDULER)
+        .await
+        .ok()??;
+    let spec = l.spec?;
+    Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
+    let started = Instant::now();
+    let slurm_opts = slurm_testenv::InstanceOptions {
+        nodes: SLURM_NODES,
+        policy: slurm_testenv::conf::Policy {
+            extra_lines: vec![
+                "MCSPlugin=mcs/label".into(),
+                "MCSParameters=ondemand,ondemandselect".into(),
+            ],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut kube_opts = kube_testenv::InstanceOptions::with_nodes(KUBELET_NODES);
+    kube_opts.kubelet_nodes = KUBELET_NODES;
+    kube_opts.kube_scheduler = true;
+    for n in kube_opts.nodes.iter_mut().take(SLURM_NODES as usize) {
+        n.labels.insert(LABEL_EXTERNAL_NODE.into(), "true".into());
+        n.taints.push(managed_node_taint(SCHEDULER));
+    }
+    let mut env = Env::start_with(slurm_opts, kube_opts).await;
+    eprintln!("environment up in {:.1} s", started.elapsed().as_secs_f64());
+
+    let dir = e2e::temp_dir("chart-in-cluster");
+    let archive = build_image(&dir);
+    let loading = Instant::now();
+    env.kube_env
+        .load_image(&archive)
+        .expect("load the image onto the kubelet nodes");
+    eprintln!("image loaded in {:.1} s", loading.elapsed().as_secs_f64());
+
+    // slurmrestd listens on the host's loopback: pods reach it through the instance's bridge.
+    let rest_port: u16 = env
+        .slurm
+        .rest_url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let slurm_addr = env
+        .kube_env
+        .expose_host_port(rest_port)
+        .await
+        .expect("expose slurmrestd to the pods");
+    helm::create_namespaces(&env, &[RELEASE_NS, MANAGED_NS]).await;
+    let token = std::fs::read_to_string(env.slurm.token_file()).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "slurm-bridge-token"},
+        "stringData": {"auth-token": token.trim()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.kube.clone(), RELEASE_NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    // --- helm install: the Deployments' pods run and become Ready -------------------------
+    let chart = helm::chart();
+    let slurm_url = format!("sharedConfig.slurmRestApi=http://{slurm_addr}");
+    let installing = Instant::now();
+    helm(
+        &env,
+        &[
+            "install",
+            RELEASE,
+            &chart,
+            "--namespace",
+            RELEASE_NS,
+            "--set",
+            &slurm_url,
+            "--set",
+            "admission.certManager.enabled=false",
+        ],
+    )
+    .await;
+    let release_pods = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
+    wait_some("the release's Deployments rolled out", WAIT, async || {
+        if rolled_out(&env).await {
+            return Some(());
+        }
+        // A pod that cannot start says why at once rather than at the timeout.
+        for p in release_pods.list(&ListParams::default()).await.ok()?.items {
+            for s in p
+                .status
+                .and_then(|s| s.container_statuses)
+                .unwrap_or_default()
+            {
+                let waiting = s.state.and_then(|s| s.waiting);
+                if let Some(w) = waiting
+                    && matches!(
+                        w.reason.as_deref(),
+                        Some("ErrImageNeverPull" | "ErrImagePull" | "CreateContainerConfigError")
+                    )
+                {
+                    panic!(
+                        "{}: {:?} {:?}",
+                        p.metadata.name.unwrap_or_default(),
+                        w.reason,
+                        w.message
+                    );
+                }
+            }
+        }
+        None
+    })
+    .await;
+    eprintln!(
+        "installed and Ready in {:.1} s",
+        installing.elapsed().as_secs_f64()
+    );
+    let first = check_bridge_pods(&env).await;
+    assert!(
+        first.len() >= 4,
+        "scheduler, controllers and two admission replicas: {first:?}"
+    );
+
+    // --- the webhook through its Service; scheduling through Slurm; the container runs ----
+    // The chart's default: the webhook configurations name the Service (no URL), which
+    // kube-apiserver resolves to the admission pods' endpoints.
+    let webhooks = Api::<MutatingWebhookConfiguration>::all(env.kube.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let configured: Vec<_> = webhooks
+        .iter()
+        .flat_map(|c| c.webhooks.iter().flatten())
+        .collect();
+    assert!(!configured.is_empty(), "the chart's mutating webhooks");
+    for w in configured {
+        let service = w.client_config.service.as_ref();
+        assert!(
+            w.client_config.url.is_none() && service.is_some_and(|s| s.namespace == RELEASE_NS),
+            "{} calls its Service: {:?}",
+            w.name,
+            w.client_config
+        );
+    }
+    let pods = managed(&env);
+    let hello = create_retrying(
+        &pods,
+        &managed_pod(&env, "hello", 30, "echo hello-from-the-chart; id -u"),
+        WAIT,
+    )
+    .await;
+    let spec = hello.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.scheduler_name.as_deref(),
+        Some(SCHEDULER),
+        "the webhook set the bridge's scheduler"
+    );
+    let hello = wait_scheduled(&env, "hello").await;
+    let node = e2e::node_of(&hello);
+    assert!(node == "node-1" || node == "node-2", "hello on {node}");
+    let job = e2e::job_id_of(&hello);
+    assert_eq!(
+        e2e::job_field(&env, job, "MCS_label"),
+        "kubernetes",
+        "the job carries the chart's default mcsLabel: {}",
+        env.scontrol_job(job)
+    );
+    e2e::wait_phase(&pods, "hello", "Succeeded", WAIT).await;
+    let logs = pods.logs("hello", &LogParams::default()).await.unwrap();
+    assert!(logs.contains("hello-from-the-chart"), "{logs}");
+    wait_until(&format!("job {job} ended"), WAIT, async || {
+        !env.active_job_ids().contains(&job)
+    })
+    .await;
+
+    // --- helm upgrade: every Deployment rolls; one scheduler at a time ---------------------
+    let steady = create_retrying(
+        &pods,
+        &managed_pod(&env, "steady", 5, "echo steady; sleep 3600 & wait"),
+        WAIT,
+    )
+    .await;
+    drop(steady);
+    let steady = wait_scheduled(&env, "steady").await;
+    let steady_job = e2e::job_id_of(&steady);
+    e2e::wait_phase(&pods, "steady", "Running", WAIT).await;
+    let (old_holder, old_transitions) = wait_some("the scheduler's Lease held", WAIT, async || {
+        lease(&env).await
+    })
+    .await;
+    assert!(
+        first.contains(&old_holder),
+        "Lease holder {old_holder} is no pod of the release: {first:?}"
+    );
+
+    helm(
+        &env,
+        &[
+            "upgrade",
+            RELEASE,
+            &chart,
+            "--namespace",
+            RELEASE_NS,
+            "--reuse-values",
+            "--set",
+            "schedulerConfig.priorityClasses.upgrade-test.priority=1",
+        ],
+    )
+    .await;
+    // While the Deployments roll: pods keep coming, and the Lease is watched.
+    let mut holders = vec![old_holder.clone()];
+    let mut during = Vec::new();
+    let rolling = Instant::now();
+    loop {
+        if let Some((h, _)) = lease(&env).await
+            && holders.last() != Some(&h)
+        {
+            holders.push(h);
+        }
+        if during.len() < 3 {
+            let name = format!("during-{}", during.len());
+            create_retrying(&pods, &managed_pod(&env, &name, 5, "echo during"), WAIT).await;
+            during.push(name);
+        }
+        let old_gone = bridge_pods(&env)
+            .await
+            .iter()
+            .all(|p| !first.contains(&p.name_any()));
+        let new_leader = lease(&env).await.is_some_and(|(h, _)| !first.contains(&h));
+        if during.len() == 3 && old_gone && new_leader && rolled_out(&env).await {
+            break;
+        }
+        assert!(
+            rolling.elapsed() < WAIT,
+            "the upgrade's roll: not within {WAIT:?}; Lease holders {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (new_holder, new_transitions) = lease(&env).await.unwrap();
+    if holders.last() != Some(&new_holder) {
+        holders.push(new_holder.clone());
+    }
+    eprintln!(
+        "upgrade rolled in {:.1} s; Lease holders {holders:?}",
+        rolling.elapsed().as_secs_f64()
+    );
+    let second = check_bridge_pods(&env).await;
+    assert!(
+        first.is_disjoint(&second),
+        "every pod replaced: {first:?} {second:?}"
+    );
+    assert!(
+        second.contains(&new_holder),
+        "{new_holder} not in {second:?}"
+    );
+    assert!(new_transitions > old_transitions, "the Lease changed hands");
+    assert!(
+        holders
+            .iter()
+            .filter(|h| !first.contains(*h) && !second.contains(*h))
+            .count()
+            == 0,
+        "only the release's pods held the Lease: {holders:?}"
+    );
+    for name in &during {
+        wait_scheduled(&env, name).await;
+        e2e::wait_phase(&pods, name, "Succeeded", WAIT).await;
+    }
+    assert_eq!(
+        e2e::job_id_of(&pods.get("steady").await.unwrap()),
+        steady_job,
+        "steady kept its job"
+    );
+    assert_one_job_per_pod(&env).await;
+
+    // --- helm uninstall: the pre-delete hook Job runs as a pod -----------------------------
+    let uninstall = helm(&env, &["uninstall", RELEASE, "--namespace", RELEASE_NS]);
+    tokio::pin!(uninstall);
+    let mut hook: Option<(String, String, Option<i32>, String)> = None;
+    loop {
+        tokio::select! {
+            _ = &mut uninstall => break,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let jobs = release_pods
+            .list(&ListParams::default().labels("job-name"))
+            .await
+            .unwrap()
+            .items;
+        for p in jobs {
+            let name = p.name_any();
+            let exit = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| t.exit_code);
+            let logs = release_pods
+                .logs(&name, &LogParams::default())
+                .await
+                .unwrap_or_default();
+            let previous = hook.take();
+            let logs = match previous {
+                Some((n, _, _, l)) if n == name && logs.is_empty() => l,
+                _ => logs,
+            };
+            hook = Some((name, e2e::node_of(&p), exit, logs));
+        }
+    }
+    let (hook_pod, hook_node, hook_exit, hook_logs) =
+        hook.expect("the pre-delete hook's Job ran a pod");
+    eprintln!("hook pod {hook_pod} on {hook_node}, exit {hook_exit:?}:\n{hook_logs}");
+    assert_eq!(
+        hook_node, BRIDGE_NODE,
+        "the hook's pod ran on a kubelet node"
+    );
+    assert_eq!(hook_exit, Some(0), "the hook's container exited 0");
+    let steady = pods.get("steady").await.unwrap();
+    assert!(
+        !steady.finalizers().iter().any(|f| f == FINALIZER),
+        "the hook released steady's finalizer"
+    );
+    wait_until("the release's pods gone", WAIT, async || {
+        release_pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    env.assert_invariants().await;
+    assert_one_job_per_pod(&env).await;
+    eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
+}
