@@ -43,6 +43,10 @@ struct StartArgs {
     /// simulated); `up` then also prints KUBE_TESTENV_IMAGE, an image on every such node.
     #[arg(long, default_value_t = 0)]
     kubelet_nodes: usize,
+    /// A loopback port of the host that the kubelet nodes' pods may call, e.g. slurmrestd's
+    /// (repeatable): forwarded from `$KUBE_TESTENV_HOST:PORT`, which `up` prints.
+    #[arg(long = "expose-host-port", value_name = "PORT")]
+    expose_host_ports: Vec<u16>,
 }
 
 impl StartArgs {
@@ -70,6 +74,9 @@ impl StartArgs {
         }
         if self.kubelet_nodes > 0 {
             out.extend(["--kubelet-nodes".into(), self.kubelet_nodes.to_string()]);
+        }
+        for p in &self.expose_host_ports {
+            out.extend(["--expose-host-port".into(), p.to_string()]);
         }
         out
     }
@@ -264,7 +271,13 @@ fn foreground(args: &StartArgs) -> anyhow::Result<ExitCode> {
     let opts = args.options()?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let inst = Instance::start(opts).await?;
+        let mut inst = Instance::start(opts).await?;
+        for port in &args.expose_host_ports {
+            inst.expose_host_port(*port).await?;
+        }
+        if let Some(host) = inst.host_address() {
+            println!("KUBE_TESTENV_HOST={host}");
+        }
         print!("{}", inst.env_lines());
         std::io::stdout().flush()?;
         eprintln!(

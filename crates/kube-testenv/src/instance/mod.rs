@@ -402,6 +402,12 @@ impl Instance {
         load_image(&self.dir, self.kubelet.as_ref(), archive)
     }
 
+    /// The host's address on the instance's bridge, `10.199.<slot>.254`, where pods reach the
+    /// ports [`Instance::expose_host_port`] exposed; `None` without kubelet nodes.
+    pub fn host_address(&self) -> Option<String> {
+        self.kubelet.as_ref().map(|k| realnodes::host_ip(k.slot))
+    }
+
     /// Makes port `port` of the host's loopback reachable from the kubelet nodes' pods, for a
     /// service started beside the instance such as slurm-testenv's slurmrestd; returns the
     /// address pods use, `10.199.<slot>.254:<port>` (the host's address on the instance's
