@@ -26,7 +26,7 @@ use e2e::{Env, SCHEDULER, create_retrying, helm, wait_some, wait_until};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use serde_json::json;
@@ -308,9 +308,10 @@ async fn lease(env: &Env) -> Option<(String, i32)> {
     Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
-    let started = Instant::now();
+/// Slurm (MCS labels on) and a control plane of three kubelet nodes with kube-scheduler, the
+/// image loaded on the nodes, slurmrestd exposed to the pods, the namespaces and the token
+/// Secret; returns the environment and the `--set` of the Slurm URL.
+async fn setup(started: Instant) -> (Env, String) {
     let slurm_opts = slurm_testenv::InstanceOptions {
         nodes: SLURM_NODES,
         policy: slurm_testenv::conf::Policy {
@@ -365,29 +366,35 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-
-    // --- helm install: the Deployments' pods run and become Ready -------------------------
-    let chart = helm::chart();
-    let slurm_url = format!("sharedConfig.slurmRestApi=http://{slurm_addr}");
-    let installing = Instant::now();
-    helm(
-        &env,
-        &[
-            "install",
-            RELEASE,
-            &chart,
-            "--namespace",
-            RELEASE_NS,
-            "--set",
-            &slurm_url,
-            "--set",
-            "admission.certManager.enabled=false",
-        ],
+    (
+        env,
+        format!("sharedConfig.slurmRestApi=http://{slurm_addr}"),
     )
-    .await;
+}
+
+/// `helm install` with the Slurm URL, no cert-manager and `extra` values; waits until every
+/// Deployment rolled out and checks their pods ([`check_bridge_pods`]); returns their names.
+async fn install(env: &Env, slurm_url: &str, extra: &[&str]) -> BTreeSet<String> {
+    let chart = helm::chart();
+    let installing = Instant::now();
+    let mut args = vec![
+        "install",
+        RELEASE,
+        &chart,
+        "--namespace",
+        RELEASE_NS,
+        "--set",
+        slurm_url,
+        "--set",
+        "admission.certManager.enabled=false",
+    ];
+    for v in extra {
+        args.extend(["--set", v]);
+    }
+    helm(env, &args).await;
     let release_pods = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
     wait_some("the release's Deployments rolled out", WAIT, async || {
-        if rolled_out(&env).await {
+        if rolled_out(env).await {
             return Some(());
         }
         // A pod that cannot start says why at once rather than at the timeout.
@@ -420,13 +427,13 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         "installed and Ready in {:.1} s",
         installing.elapsed().as_secs_f64()
     );
-    let first = check_bridge_pods(&env).await;
-    assert!(
-        first.len() >= 4,
-        "scheduler, controllers and two admission replicas: {first:?}"
-    );
+    check_bridge_pods(env).await
+}
 
-    // --- the webhook through its Service; scheduling through Slurm; the container runs ----
+/// The webhook through its Service, scheduling through Slurm, the container runs: a pod
+/// created in the managed namespace is mutated, bound to a Slurm node by its job (with the
+/// default MCS label), prints its line and completes, and its job ends.
+async fn a_pod_is_admitted_scheduled_and_runs(env: &Env, name: &str) {
     // The chart's default: the webhook configurations name the Service (no URL), which
     // kube-apiserver resolves to the admission pods' endpoints.
     let webhooks = Api::<MutatingWebhookConfiguration>::all(env.kube.clone())
@@ -448,36 +455,164 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
             w.client_config
         );
     }
-    let pods = managed(&env);
-    let hello = create_retrying(
-        &pods,
-        &managed_pod(&env, "hello", 30, "echo hello-from-the-chart; id -u"),
-        WAIT,
-    )
-    .await;
+    let pods = managed(env);
+    // Until the webhook configurations trust the bridge's CA (it fills their caBundle), the API
+    // server refuses the pod: retried quietly, and how long it took is said.
+    let asked = Instant::now();
+    let mut refusals = Vec::new();
+    let hello = loop {
+        let pod = managed_pod(env, name, 30, "echo hello-from-the-chart; id -u");
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(p) => break p,
+            Err(e) => {
+                assert!(
+                    asked.elapsed() < WAIT,
+                    "create {name}: still refused after {WAIT:?}: {e}"
+                );
+                refusals.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    eprintln!(
+        "{name} admitted {:.1} s after the release was Ready ({} refusals{})",
+        asked.elapsed().as_secs_f64(),
+        refusals.len(),
+        refusals
+            .first()
+            .map(|e| format!(", the first: {}", e.chars().take(240).collect::<String>()))
+            .unwrap_or_default()
+    );
     let spec = hello.spec.as_ref().unwrap();
     assert_eq!(
         spec.scheduler_name.as_deref(),
         Some(SCHEDULER),
         "the webhook set the bridge's scheduler"
     );
-    let hello = wait_scheduled(&env, "hello").await;
+    let hello = wait_scheduled(env, name).await;
     let node = e2e::node_of(&hello);
-    assert!(node == "node-1" || node == "node-2", "hello on {node}");
+    assert!(node == "node-1" || node == "node-2", "{name} on {node}");
     let job = e2e::job_id_of(&hello);
     assert_eq!(
-        e2e::job_field(&env, job, "MCS_label"),
+        e2e::job_field(env, job, "MCS_label"),
         "kubernetes",
         "the job carries the chart's default mcsLabel: {}",
         env.scontrol_job(job)
     );
-    e2e::wait_phase(&pods, "hello", "Succeeded", WAIT).await;
-    let logs = pods.logs("hello", &LogParams::default()).await.unwrap();
+    e2e::wait_phase(&pods, name, "Succeeded", WAIT).await;
+    let logs = pods.logs(name, &LogParams::default()).await.unwrap();
     assert!(logs.contains("hello-from-the-chart"), "{logs}");
     wait_until(&format!("job {job} ended"), WAIT, async || {
         !env.active_job_ids().contains(&job)
     })
     .await;
+}
+
+/// `helm uninstall`: the pre-delete hook's Job runs as a pod on node-3 and releases the
+/// finalizer of `running`, a bridge pod still running; the release's pods all go, and the
+/// invariants hold.
+async fn uninstall_runs_the_hook(env: &Env, running: &str) {
+    let release_pods = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
+    let uninstall = helm(env, &["uninstall", RELEASE, "--namespace", RELEASE_NS]);
+    tokio::pin!(uninstall);
+    let mut hook: Option<(String, String, Option<i32>, String)> = None;
+    loop {
+        tokio::select! {
+            _ = &mut uninstall => break,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let jobs = release_pods
+            .list(&ListParams::default().labels("job-name"))
+            .await
+            .unwrap()
+            .items;
+        for p in jobs {
+            let name = p.name_any();
+            let exit = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| t.exit_code);
+            let logs = release_pods
+                .logs(&name, &LogParams::default())
+                .await
+                .unwrap_or_default();
+            let previous = hook.take();
+            let logs = match previous {
+                Some((n, _, _, l)) if n == name && logs.is_empty() => l,
+                _ => logs,
+            };
+            hook = Some((name, e2e::node_of(&p), exit, logs));
+        }
+    }
+    let (hook_pod, hook_node, hook_exit, hook_logs) =
+        hook.expect("the pre-delete hook's Job ran a pod");
+    eprintln!("hook pod {hook_pod} on {hook_node}, exit {hook_exit:?}:\n{hook_logs}");
+    assert_eq!(
+        hook_node, BRIDGE_NODE,
+        "the hook's pod ran on a kubelet node"
+    );
+    // Helm deletes the Job the moment it completes, so the pod's last state may not have been
+    // seen; the events stay: the kubelet of node-3 started the container, the Job completed.
+    let events = Api::<Event>::namespaced(env.kube.clone(), RELEASE_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let started_by_kubelet = events.iter().any(|e| {
+        e.involved_object.name.as_deref() == Some(hook_pod.as_str())
+            && e.reason.as_deref() == Some("Started")
+            && e.source.as_ref().and_then(|s| s.host.as_deref()) == Some(BRIDGE_NODE)
+    });
+    assert!(
+        started_by_kubelet,
+        "node-3's kubelet started {hook_pod}'s container"
+    );
+    let job_completed = events.iter().any(|e| {
+        e.involved_object.kind.as_deref() == Some("Job") && e.reason.as_deref() == Some("Completed")
+    });
+    assert!(job_completed, "the hook's Job completed");
+    assert!(
+        matches!(hook_exit, None | Some(0)),
+        "the hook's container exited {hook_exit:?}"
+    );
+    let steady = managed(env).get(running).await.unwrap();
+    assert!(
+        !steady.finalizers().iter().any(|f| f == FINALIZER),
+        "the hook released {running}'s finalizer"
+    );
+    wait_until("the release's pods gone", WAIT, async || {
+        release_pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    env.assert_invariants().await;
+    assert_one_job_per_pod(env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
+    let started = Instant::now();
+    let (env, slurm_url) = setup(started).await;
+
+    // --- helm install: the Deployments' pods run and become Ready -------------------------
+    let first = install(&env, &slurm_url, &[]).await;
+    assert!(
+        first.len() >= 4,
+        "scheduler, controllers and two admission replicas: {first:?}"
+    );
+
+    // --- the webhook through its Service; scheduling through Slurm; the container runs ----
+    a_pod_is_admitted_scheduled_and_runs(&env, "hello").await;
+    let pods = managed(&env);
+    let chart = helm::chart();
 
     // --- helm upgrade: every Deployment rolls; one scheduler at a time ---------------------
     let steady = create_retrying(
@@ -580,64 +715,31 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     assert_one_job_per_pod(&env).await;
 
     // --- helm uninstall: the pre-delete hook Job runs as a pod -----------------------------
-    let uninstall = helm(&env, &["uninstall", RELEASE, "--namespace", RELEASE_NS]);
-    tokio::pin!(uninstall);
-    let mut hook: Option<(String, String, Option<i32>, String)> = None;
-    loop {
-        tokio::select! {
-            _ = &mut uninstall => break,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-        let jobs = release_pods
-            .list(&ListParams::default().labels("job-name"))
-            .await
-            .unwrap()
-            .items;
-        for p in jobs {
-            let name = p.name_any();
-            let exit = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.first())
-                .and_then(|c| c.state.as_ref())
-                .and_then(|s| s.terminated.as_ref())
-                .map(|t| t.exit_code);
-            let logs = release_pods
-                .logs(&name, &LogParams::default())
-                .await
-                .unwrap_or_default();
-            let previous = hook.take();
-            let logs = match previous {
-                Some((n, _, _, l)) if n == name && logs.is_empty() => l,
-                _ => logs,
-            };
-            hook = Some((name, e2e::node_of(&p), exit, logs));
-        }
-    }
-    let (hook_pod, hook_node, hook_exit, hook_logs) =
-        hook.expect("the pre-delete hook's Job ran a pod");
-    eprintln!("hook pod {hook_pod} on {hook_node}, exit {hook_exit:?}:\n{hook_logs}");
-    assert_eq!(
-        hook_node, BRIDGE_NODE,
-        "the hook's pod ran on a kubelet node"
-    );
-    assert_eq!(hook_exit, Some(0), "the hook's container exited 0");
-    let steady = pods.get("steady").await.unwrap();
-    assert!(
-        !steady.finalizers().iter().any(|f| f == FINALIZER),
-        "the hook released steady's finalizer"
-    );
-    wait_until("the release's pods gone", WAIT, async || {
-        release_pods
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+    uninstall_runs_the_hook(&env, "steady").await;
+    eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `mode: run`, the one Deployment of `slurm-bridge run` (scheduler, controllers and webhooks in
+/// one pod), as shipped otherwise: Ready, its webhook admits a pod that Slurm schedules and that
+/// runs, and `helm uninstall` runs the hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_in_run_mode_runs_in_cluster() {
+    let started = Instant::now();
+    let (env, slurm_url) = setup(started).await;
+    let pods = install(&env, &slurm_url, &["mode=run"]).await;
+    assert_eq!(pods.len(), 1, "one pod of slurm-bridge run: {pods:?}");
+    let holder = wait_some("the scheduler's Lease held", WAIT, async || {
+        lease(&env).await
     })
-    .await;
-    env.assert_invariants().await;
+    .await
+    .0;
+    assert!(pods.contains(&holder), "Lease holder {holder}: {pods:?}");
+    a_pod_is_admitted_scheduled_and_runs(&env, "hello").await;
+    let steady = managed_pod(&env, "steady", 5, "echo steady; sleep 3600 & wait");
+    create_retrying(&managed(&env), &steady, WAIT).await;
+    wait_scheduled(&env, "steady").await;
+    e2e::wait_phase(&managed(&env), "steady", "Running", WAIT).await;
     assert_one_job_per_pod(&env).await;
+    uninstall_runs_the_hook(&env, "steady").await;
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
