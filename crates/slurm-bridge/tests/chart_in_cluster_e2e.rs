@@ -650,25 +650,30 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     .await;
     // While the Deployments roll: pods keep coming, and the Lease is watched.
     let mut holders = vec![old_holder.clone()];
+    const MAX_DURING: usize = 20;
     let mut during = Vec::new();
     let rolling = Instant::now();
+    let mut last_created = rolling - Duration::from_secs(1);
     loop {
         if let Some((h, _)) = lease(&env).await
             && holders.last() != Some(&h)
         {
             holders.push(h);
         }
-        if during.len() < 3 {
+        // A pod a second for as long as the roll lasts (the scheduler's handover included),
+        // and at least three.
+        if during.len() < MAX_DURING && last_created.elapsed() >= Duration::from_secs(1) {
             let name = format!("during-{}", during.len());
             create_retrying(&pods, &managed_pod(&env, &name, 5, "echo during"), WAIT).await;
             during.push(name);
+            last_created = Instant::now();
         }
         let old_gone = bridge_pods(&env)
             .await
             .iter()
             .all(|p| !first.contains(&p.name_any()));
         let new_leader = lease(&env).await.is_some_and(|(h, _)| !first.contains(&h));
-        if during.len() == 3 && old_gone && new_leader && rolled_out(&env).await {
+        if during.len() >= 3 && old_gone && new_leader && rolled_out(&env).await {
             break;
         }
         assert!(
@@ -682,8 +687,9 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         holders.push(new_holder.clone());
     }
     eprintln!(
-        "upgrade rolled in {:.1} s; Lease holders {holders:?}",
-        rolling.elapsed().as_secs_f64()
+        "upgrade rolled in {:.1} s, {} pods created meanwhile; Lease holders {holders:?}",
+        rolling.elapsed().as_secs_f64(),
+        during.len()
     );
     let second = check_bridge_pods(&env).await;
     assert!(
