@@ -19,6 +19,10 @@
 //! - `helm uninstall` runs the pre-delete hook Job as a pod on a kubelet node, which releases
 //!   the bridge's finalizer from a pod still running;
 //! - the e2e invariants hold at the end.
+//!
+//! A second test installs `mode=run` the same way (one pod of `slurm-bridge run`): Ready, the
+//! Lease, a pod admitted, scheduled through Slurm and run, the uninstall hook. Both say how long
+//! the webhook took to be trusted after the release was Ready (docs/helm.md, Tests).
 
 mod e2e;
 
