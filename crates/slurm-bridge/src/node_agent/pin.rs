@@ -215,9 +215,17 @@ mod tests {
 
     #[test]
     fn a_label_the_job_does_not_confirm_gives_the_unmanaged_policy() {
-        for lookup in [found("other-uid", JobState::Running, "0x1")] {
+        // Another pod's uid under the same name (a recreated pod), and another pod's name.
+        let other_name = PodFacts {
+            name: "q".into(),
+            ..pod(Some("7"))
+        };
+        for (facts, lookup) in [
+            (pod(Some("7")), found("other-uid", JobState::Running, "0x1")),
+            (other_name, found("u1", JobState::Running, "0x1")),
+        ] {
             let d = decide(
-                &pod(Some("7")),
+                &facts,
                 Some(&lookup),
                 "node-1",
                 &topology(4),

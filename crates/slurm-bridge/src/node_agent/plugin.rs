@@ -132,6 +132,11 @@ impl<S: SlurmJobs> Handler for Agent<S> {
                 }
                 Ok(a)
             }
+            // A job label the job does not confirm was written by someone else than the bridge.
+            Pin::Leave { why } if facts.job_label.is_some() => {
+                tracing::warn!(pod = %facts.key(), container = %container.name, %why, "left as it is");
+                Ok(ContainerAdjustment::none())
+            }
             Pin::Leave { why } => {
                 tracing::debug!(pod = %facts.key(), container = %container.name, %why, "left as it is");
                 Ok(ContainerAdjustment::none())
