@@ -429,3 +429,55 @@ fn chart_quirks_are_fixed() {
         "an object still has the hard-coded name"
     );
 }
+
+/// The node agent (issue 39): off by default; on, a DaemonSet on the hybrid nodes running
+/// `node-agent` for its own node, as root without capabilities on a read-only root fs, with the
+/// host's NRI socket folder, the Slurm token and no Kubernetes token; `defaultMemPerCpu` reaches
+/// config.yaml.
+#[test]
+fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
+    let name = format!("{PREFIX}-node-agent");
+    assert!(!kinds(&documents(&render(&[]))).contains("DaemonSet"));
+    let docs = documents(&render(&[
+        "nodeAgent.enabled=true",
+        "nodeAgent.unmanagedCpus=0-1",
+        "schedulerConfig.defaultMemPerCpu=512",
+    ]));
+    let ds = find(&docs, "DaemonSet", &name);
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["nodeSelector"]["slinky.slurm.net/hybrid"], "true");
+    assert_eq!(spec["securityContext"]["runAsUser"], 0);
+    let c = &spec["containers"][0];
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "node-agent",
+            "--config=/etc/slurm-bridge/config.yaml",
+            "--node=$(NODE_NAME)",
+            "--nri-socket=/var/run/nri/nri.sock",
+            "--unmanaged-cpus=0-1",
+        ]
+    );
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        strings(&c["securityContext"]["capabilities"]["drop"]),
+        ["ALL"]
+    );
+    let env = c["env"].as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName")
+    );
+    assert!(env.iter().any(|e| e["name"] == "SLURM_JWT_FILE"));
+    let nri = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "nri")
+        .expect("the NRI socket volume");
+    assert_eq!(nri["hostPath"]["path"], "/var/run/nri");
+    let config = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
+    let yaml = config["data"]["config.yaml"].as_str().unwrap();
+    assert!(yaml.contains("defaultMemPerCpu: 512"), "{yaml}");
+}
