@@ -23,6 +23,17 @@ pub struct Faults {
     /// Requests held `stall_ms` without an answer, then their connection closed.
     pub stall: f64,
     pub stall_ms: u64,
+    /// Requests forwarded to the server, whose answer is then lost: the connection is closed
+    /// instead (what a timeout or a reset after the write looks like to the client; the server
+    /// has acted).
+    pub lost_answer: f64,
+    /// Requests forwarded to the server, whose answer is held `slow_answer_ms` before it is
+    /// passed on.
+    pub slow_answer: f64,
+    pub slow_answer_ms: u64,
+    /// Only requests whose `METHOD /path` contains one of these are faulted (e.g.
+    /// `"POST /slurm/v0.0.44/job/submit"`, `"/binding"`); empty: every request.
+    pub routes: Vec<String>,
 }
 
 impl Default for Faults {
@@ -42,6 +53,27 @@ impl Faults {
             throttle_429: 0.0,
             stall: 0.0,
             stall_ms: 10_000,
+            lost_answer: 0.0,
+            slow_answer: 0.0,
+            slow_answer_ms: 2_000,
+            routes: Vec::new(),
+        }
+    }
+
+    /// `rate` of the requests forwarded and their answers lost, on `routes` (empty: all).
+    pub fn lost_answers(rate: f64, routes: &[&str]) -> Self {
+        Faults {
+            lost_answer: rate,
+            routes: routes.iter().map(|r| r.to_string()).collect(),
+            ..Faults::none()
+        }
+    }
+
+    /// Whether a request (`method`, `path`) may be faulted: it is on one of the routes.
+    pub fn applies_to(&self, method: &str, path: &str) -> bool {
+        self.routes.is_empty() || {
+            let line = format!("{method} {path}");
+            self.routes.iter().any(|r| line.contains(r.as_str()))
         }
     }
 
@@ -77,13 +109,15 @@ impl Faults {
         Ok(())
     }
 
-    fn rates(&self) -> [(&'static str, f64); 5] {
+    fn rates(&self) -> [(&'static str, f64); 7] {
         [
             ("latency", self.latency),
             ("reset", self.reset),
             ("error_5xx", self.error_5xx),
             ("throttle_429", self.throttle_429),
             ("stall", self.stall),
+            ("lost_answer", self.lost_answer),
+            ("slow_answer", self.slow_answer),
         ]
     }
 
@@ -101,6 +135,11 @@ impl Faults {
             (
                 Fault::Stall(Duration::from_millis(self.stall_ms)),
                 self.stall,
+            ),
+            (Fault::LostAnswer, self.lost_answer),
+            (
+                Fault::SlowAnswer(Duration::from_millis(self.slow_answer_ms)),
+                self.slow_answer,
             ),
         ] {
             edge += r;
@@ -120,6 +159,8 @@ pub enum Fault {
     Error5xx,
     Throttle429,
     Stall(Duration),
+    LostAnswer,
+    SlowAnswer(Duration),
 }
 
 /// Counts of requests and of the faults injected since the proxy started.
@@ -135,12 +176,22 @@ pub struct Stats {
     pub error_5xx: u64,
     pub throttle_429: u64,
     pub stall: u64,
+    #[serde(default)]
+    pub lost_answer: u64,
+    #[serde(default)]
+    pub slow_answer: u64,
 }
 
 impl Stats {
     /// Faults injected, every kind together.
     pub fn injected(&self) -> u64 {
-        self.latency + self.reset + self.error_5xx + self.throttle_429 + self.stall
+        self.latency
+            + self.reset
+            + self.error_5xx
+            + self.throttle_429
+            + self.stall
+            + self.lost_answer
+            + self.slow_answer
     }
 }
 
@@ -155,6 +206,8 @@ pub(crate) struct Counters {
     pub error_5xx: AtomicU64,
     pub throttle_429: AtomicU64,
     pub stall: AtomicU64,
+    pub lost_answer: AtomicU64,
+    pub slow_answer: AtomicU64,
 }
 
 impl Counters {
@@ -165,6 +218,8 @@ impl Counters {
             Fault::Error5xx => &self.error_5xx,
             Fault::Throttle429 => &self.throttle_429,
             Fault::Stall(_) => &self.stall,
+            Fault::LostAnswer => &self.lost_answer,
+            Fault::SlowAnswer(_) => &self.slow_answer,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -180,6 +235,8 @@ impl Counters {
             error_5xx: g(&self.error_5xx),
             throttle_429: g(&self.throttle_429),
             stall: g(&self.stall),
+            lost_answer: g(&self.lost_answer),
+            slow_answer: g(&self.slow_answer),
         }
     }
 }
@@ -239,6 +296,30 @@ mod tests {
         assert_eq!(f.pick(0.3), Some(Fault::Error5xx));
         assert_eq!(f.pick(0.6), None);
         assert_eq!(Faults::none().pick(0.0), None);
+    }
+
+    #[test]
+    fn answers_lost_or_slow_are_drawn_after_the_others_and_routes_filter() {
+        let f = Faults {
+            stall: 0.5,
+            lost_answer: 0.25,
+            slow_answer: 0.25,
+            ..Faults::none()
+        };
+        assert_eq!(f.pick(0.6), Some(Fault::LostAnswer));
+        assert!(matches!(f.pick(0.9), Some(Fault::SlowAnswer(_))));
+        let f = Faults::lost_answers(1.0, &["POST /slurm/v0.0.44/job/submit"]);
+        assert!(f.applies_to("POST", "/slurm/v0.0.44/job/submit"));
+        assert!(!f.applies_to("GET", "/slurm/v0.0.44/jobs/state/"));
+        assert!(Faults::none().applies_to("GET", "/anything"));
+        let e = Faults {
+            lost_answer: 0.7,
+            slow_answer: 0.7,
+            ..Faults::none()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("sum to"), "{e}");
     }
 
     #[test]

@@ -89,6 +89,17 @@ struct FaultArgs {
     stall: Option<f64>,
     #[arg(long)]
     stall_ms: Option<u64>,
+    /// Forward, then lose the answer (close the connection).
+    #[arg(long)]
+    lost_answer: Option<f64>,
+    /// Forward, then hold the answer `--slow-answer-ms`.
+    #[arg(long)]
+    slow_answer: Option<f64>,
+    #[arg(long)]
+    slow_answer_ms: Option<u64>,
+    /// Fault only requests whose `METHOD /path` contains this (repeatable; none: all).
+    #[arg(long = "route")]
+    routes: Vec<String>,
 }
 
 impl FaultArgs {
@@ -99,8 +110,14 @@ impl FaultArgs {
         set(self.error_5xx, &mut f.error_5xx);
         set(self.throttle_429, &mut f.throttle_429);
         set(self.stall, &mut f.stall);
+        set(self.lost_answer, &mut f.lost_answer);
+        set(self.slow_answer, &mut f.slow_answer);
         f.latency_ms = self.latency_ms.unwrap_or(f.latency_ms);
         f.stall_ms = self.stall_ms.unwrap_or(f.stall_ms);
+        f.slow_answer_ms = self.slow_answer_ms.unwrap_or(f.slow_answer_ms);
+        if !self.routes.is_empty() {
+            f.routes = self.routes.clone();
+        }
         f
     }
 }

@@ -270,11 +270,15 @@ async fn handle(
         .counters
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let fault = state
-        .faults
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .pick(state.draw.next());
+    let fault = {
+        let faults = state.faults.read().unwrap_or_else(|e| e.into_inner());
+        // Every request draws, so a run's draws do not depend on the routes.
+        let u = state.draw.next();
+        faults
+            .applies_to(req.method().as_str(), req.uri().path())
+            .then(|| faults.pick(u))
+            .flatten()
+    };
     if let Some(f) = fault {
         state.counters.count(f);
         tracing::debug!(fault = ?f, method = %req.method(), path = %req.uri().path(), "fault proxy: injecting");
@@ -294,6 +298,16 @@ async fn handle(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
         )),
+        Some(Fault::LostAnswer) => {
+            // The server acts on the request; its answer goes nowhere.
+            let _ = forward(&state, req).await;
+            Err(Dropped("injected lost answer"))
+        }
+        Some(Fault::SlowAnswer(d)) => {
+            let answer = forward(&state, req).await;
+            tokio::time::sleep(d).await;
+            Ok(answer)
+        }
         Some(Fault::Throttle429) => {
             let mut r = status(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests");
             r.headers_mut()

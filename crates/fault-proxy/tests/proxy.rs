@@ -374,3 +374,77 @@ async fn the_cli_runs_a_proxy_and_changes_its_faults_while_it_runs() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A plain server answering `ok` and counting the requests it handled.
+async fn counting_upstream() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
+                        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        async {
+                            Ok::<_, std::convert::Infallible>(Response::new(Full::new(
+                                Bytes::from("ok"),
+                            )))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// Answers lost after the server acted, and answers held: the server sees the request, the
+/// client an error (or the answer late); only the routes named are faulted.
+#[tokio::test]
+async fn answers_are_lost_or_held_after_the_server_acted_on_the_routes_named() {
+    let (up, handled) = counting_upstream().await;
+    let mut opts = ProxyOptions::new(Upstream::plain(&format!("http://{up}")).unwrap());
+    opts.faults = Faults::lost_answers(1.0, &["GET /act"]);
+    let proxy = FaultProxy::start(opts).await.unwrap();
+    let c = client(None);
+    let handled_now = || handled.load(std::sync::atomic::Ordering::SeqCst);
+
+    let e = get(&c, &format!("{}/act", proxy.url())).await.unwrap_err();
+    assert!(
+        e.contains("IncompleteMessage") || e.contains("closed"),
+        "{e}"
+    );
+    assert_eq!(handled_now(), 1, "the server acted on the request");
+    assert_eq!(proxy.stats().lost_answer, 1);
+    // Another route passes untouched.
+    assert_eq!(
+        get(&c, &format!("{}/other", proxy.url())).await.unwrap().0,
+        StatusCode::OK
+    );
+    assert_eq!(handled_now(), 2);
+
+    proxy
+        .set_faults(Faults {
+            slow_answer: 1.0,
+            slow_answer_ms: 300,
+            ..Faults::none()
+        })
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(
+        get(&c, &format!("{}/act", proxy.url())).await.unwrap().2,
+        "ok"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(handled_now(), 3);
+    assert_eq!(proxy.stats().slow_answer, 1);
+}
