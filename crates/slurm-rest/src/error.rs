@@ -167,8 +167,15 @@ impl Error {
 
     /// True when the request certainly never reached slurmrestd, so even a
     /// non-idempotent call (submit) may be repeated safely.
-    pub(crate) fn not_sent(&self) -> bool {
+    pub fn not_sent(&self) -> bool {
         self.inner.not_sent
+    }
+
+    /// This error, marked as one whose request never left (a refused connection); for fakes
+    /// of Slurm in tests.
+    pub fn never_sent(mut self) -> Self {
+        self.inner.not_sent = true;
+        self
     }
 
     /// Error for a non-success HTTP answer; `body` is decoded for `errors[]`/`warnings[]`.

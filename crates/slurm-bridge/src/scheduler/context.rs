@@ -76,6 +76,11 @@ pub struct Ctx<S> {
     pub(super) triggers: Arc<super::triggers::Triggers>,
     /// Job submits in flight at once ([`SUBMITS_IN_FLIGHT`] unless set).
     pub submit_slots: tokio::sync::Semaphore,
+    /// Groups whose last submit failed without an answer Slurm surely did not act on (a lost
+    /// answer, a timeout, a reset), with when: the group is not submitted again before the job
+    /// watcher has listed Slurm's jobs since, so a job made by that submit is found instead
+    /// of doubled ([`super::reconcile`]'s submit).
+    pub submits_in_doubt: Mutex<HashMap<String, tokio::time::Instant>>,
 }
 
 /// Job submits sent to Slurm at once by default (`--slurm-requests-in-flight`, which sets the
@@ -189,6 +194,7 @@ impl<S: Slurm> Ctx<S> {
             placements: Default::default(),
             rejections: Default::default(),
             triggers: Default::default(),
+            submits_in_doubt: Mutex::new(HashMap::new()),
             submit_slots: tokio::sync::Semaphore::new(SUBMITS_IN_FLIGHT),
         }
     }

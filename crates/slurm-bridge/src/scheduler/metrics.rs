@@ -19,6 +19,10 @@ use std::time::Instant;
 pub struct Metrics {
     pub pods_bound: Counter,
     pub jobs_submitted: Counter,
+    /// Submits whose outcome was unknown (the answer lost), and passes that waited for the job
+    /// watcher's listing before submitting such a group again.
+    pub submits_in_doubt: Counter,
+    pub submit_waits_for_listing: Counter,
     pub submit_to_allocation: Histogram,
     pub allocation_to_bound: Histogram,
     pub pending_groups: Gauge,
@@ -51,6 +55,8 @@ impl Metrics {
         let m = Metrics {
             pods_bound: Counter::default(),
             jobs_submitted: Counter::default(),
+            submits_in_doubt: Counter::default(),
+            submit_waits_for_listing: Counter::default(),
             submit_to_allocation: Histogram::new(latency_buckets()),
             allocation_to_bound: Histogram::new(latency_buckets()),
             pending_groups: Gauge::default(),
@@ -66,6 +72,16 @@ impl Metrics {
             "jobs_submitted",
             "External jobs submitted to Slurm",
             m.jobs_submitted.clone(),
+        );
+        r.register(
+            "submits_in_doubt",
+            "Submits that failed without a sure answer: Slurm may have made the job",
+            m.submits_in_doubt.clone(),
+        );
+        r.register(
+            "submit_waits_for_listing",
+            "Passes that waited for Slurm's jobs to be listed before submitting a group whose last submit was in doubt",
+            m.submit_waits_for_listing.clone(),
         );
         r.register(
             "submit_to_allocation_seconds",
@@ -88,6 +104,10 @@ impl Metrics {
             m.kube_writes.by_kind(),
         );
         Arc::new(m)
+    }
+
+    pub fn submit_waits_for_listing(&self) {
+        self.submit_waits_for_listing.inc();
     }
 
     pub fn submitted(&self, job_id: u32) {

@@ -152,6 +152,7 @@ pub async fn run_with<S: Slurm>(
     let lifecycle_metrics = LifecycleMetrics::new(registry);
     let ctx = Arc::new(Ctx {
         volume_bind_timeout: opts.volume_bind_timeout,
+        submits_in_doubt: std::sync::Mutex::new(std::collections::HashMap::new()),
         submit_slots: tokio::sync::Semaphore::new(opts.slurm_requests_in_flight.max(1)),
         ..Ctx::new(
             opts.config.clone(),

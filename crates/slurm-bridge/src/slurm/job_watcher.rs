@@ -109,6 +109,9 @@ pub struct JobWatcher<S> {
     last_reason_batch: Mutex<Option<std::time::Instant>>,
     /// The layouts the allocation reads fetched, for a DRA bind to reuse.
     layouts: Mutex<RecentLayouts>,
+    /// When the last listing that read every job without an error started
+    /// ([`JobWatcher::has_listed_since`]).
+    clean_listing: Mutex<Option<tokio::time::Instant>>,
     pub stats: WatcherStats,
 }
 
@@ -127,6 +130,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             nudge: tokio::sync::Notify::new(),
             last_reason_batch: Mutex::new(None),
             layouts: Mutex::new(RecentLayouts::default()),
+            clean_listing: Mutex::new(None),
             stats: WatcherStats::default(),
         })
     }
@@ -151,6 +155,25 @@ impl<S: SlurmJobs> JobWatcher<S> {
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Whether a listing that started at `t` or later has read every job without an error: a
+    /// job Slurm made before `t` is in the index then (or is not the bridge's). A submit whose
+    /// answer was lost waits for this before the group is submitted again.
+    pub fn has_listed_since(&self, t: tokio::time::Instant) -> bool {
+        self.clean_listing.locked().is_some_and(|at| at >= t)
+    }
+
+    /// Asks for a poll soon, as a record does.
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    fn listed_cleanly(&self, started: tokio::time::Instant) {
+        let mut at = self.clean_listing.locked();
+        if at.is_none_or(|a| a < started) {
+            *at = Some(started);
+        }
     }
 
     /// Records a job the caller just submitted or updated, so lookups see it before the next poll.
@@ -362,6 +385,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     /// fetched) until it answers; the index is installed only once every job listed was read,
     /// so no decision ever relies on a partial index.
     pub async fn initial_sync(&self) -> Result<usize, slurm_rest::Error> {
+        let started = tokio::time::Instant::now();
         self.generation.fetch_add(1, Ordering::SeqCst);
         let states = self.source.job_states().await?;
         let mut index = JobIndex::default();
@@ -409,6 +433,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             *current = index;
         }
         self.synced.send_replace(true);
+        self.listed_cleanly(started);
         Ok(n)
     }
 
@@ -449,6 +474,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
     /// One poll: states of every job, then a fetch of each new or changed one.
     pub async fn poll_once(&self) -> Result<(), slurm_rest::Error> {
         let started = std::time::Instant::now();
+        let listing_started = tokio::time::Instant::now();
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.polls.fetch_add(1, Ordering::Relaxed);
         let states = self.source.job_states().await?;
@@ -575,7 +601,10 @@ impl<S: SlurmJobs> JobWatcher<S> {
         );
         match first_error {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => {
+                self.listed_cleanly(listing_started);
+                Ok(())
+            }
         }
     }
 }

@@ -193,6 +193,9 @@ pub(super) async fn submit<S: Slurm>(
             return Ok(Action::requeue(retry_after(why)));
         }
     };
+    if let Some(action) = wait_for_doubt(ctx, tr) {
+        return Ok(action);
+    }
     let hash = desc_hash(&as_update(desc.clone()));
     let fingerprint = ctx.fingerprint(hash);
     if let Some(action) = still_rejected(ctx, pod, tr, fingerprint).await {
@@ -212,8 +215,14 @@ pub(super) async fn submit<S: Slurm>(
         Err(e) if rejection::is_permanent(&e) => {
             return Ok(rejected(ctx, pod, tr, fingerprint, &e).await);
         }
-        Err(e) => return slurm_failed(ctx, pod, reason::SLURM_SUBMIT_FAILED, e).await,
+        Err(e) => {
+            if may_have_acted(&e) {
+                doubt(ctx, tr, &e);
+            }
+            return slurm_failed(ctx, pod, reason::SLURM_SUBMIT_FAILED, e).await;
+        }
     };
+    ctx.submits_in_doubt.locked().remove(&tr.group_key);
     ctx.rejections().clear(&tr.group_key);
     ctx.metrics.submitted(job_id);
     ctx.sent.locked().insert(job_id, hash);
@@ -240,6 +249,50 @@ pub(super) async fn submit<S: Slurm>(
     }
     // The watcher reports the allocation; look again anyway after a while.
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// How long after a failed submit Slurm may still act on it (a request still queued in
+/// slurmrestd when the client gave up): the job watcher's listing must start this much later.
+const DOUBT_MARGIN: Duration = Duration::from_secs(1);
+
+/// Doubts older than this are forgotten (their groups were dealt with or went).
+const DOUBT_KEPT: Duration = Duration::from_secs(600);
+
+/// Whether Slurm may have made the job although the submit failed: the request may have
+/// reached it (a reset or timeout after the write, a gateway's 5xx, an answer that could not be
+/// read). Refusals Slurm answered (a bad token, an invalid description) did not.
+fn may_have_acted(e: &slurm_rest::Error) -> bool {
+    !e.not_sent()
+        && matches!(
+            e.kind(),
+            slurm_rest::ErrorKind::Transient | slurm_rest::ErrorKind::Other
+        )
+}
+
+/// Remembers that the group's submit may have made a job.
+fn doubt<S: Slurm>(ctx: &Ctx<S>, tr: &Translation, e: &slurm_rest::Error) {
+    ctx.metrics.submits_in_doubt.inc();
+    let mut doubts = ctx.submits_in_doubt.locked();
+    let now = tokio::time::Instant::now();
+    doubts.retain(|_, at| now.saturating_duration_since(*at) < DOUBT_KEPT);
+    doubts.insert(tr.group_key.clone(), now + DOUBT_MARGIN);
+    tracing::info!(group = %tr.group_key, error = %e, "the submit's outcome is unknown: the group is submitted again only once Slurm's jobs were listed since");
+}
+
+/// While the group's last submit is in doubt and the job watcher has not listed Slurm's jobs
+/// since, a pass waits (the watcher is asked to poll soon) instead of submitting a second job;
+/// once it has, a job that submit made is in the index and the pass found it before coming
+/// here.
+fn wait_for_doubt<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option<Action> {
+    let mut doubts = ctx.submits_in_doubt.locked();
+    let since = *doubts.get(&tr.group_key)?;
+    if ctx.watcher.has_listed_since(since) {
+        doubts.remove(&tr.group_key);
+        return None;
+    }
+    ctx.watcher.nudge();
+    ctx.metrics.submit_waits_for_listing();
+    Some(Action::requeue(Duration::from_millis(200)))
 }
 
 /// Labels every pod of the group with the job id (plus finalizer and toleration), in parallel.

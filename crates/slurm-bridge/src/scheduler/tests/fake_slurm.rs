@@ -61,8 +61,11 @@ impl SlurmCall {
 /// A failure the fake answers with (slurm_rest::Error is not Clone: made afresh per call).
 #[derive(Clone, Debug)]
 pub enum SlurmFailure {
-    /// slurmrestd unreachable (connection refused).
+    /// slurmrestd unreachable (connection refused): the request never left.
     Unreachable,
+    /// The request reached Slurm, which acted on it (a submit makes its job), and the answer
+    /// was lost: a reset after the write.
+    AnswerLost,
     /// Slurm refuses the job: errno 2014, "Requested node configuration is not available".
     NodeConfigUnavailable,
     /// Slurm refuses an update: errno 2073, the job is no longer pending.
@@ -81,6 +84,11 @@ impl SlurmFailure {
             SlurmFailure::Unreachable => slurm_rest::Error::synthetic(
                 slurm_rest::ErrorKind::Transient,
                 format!("{context}: connection refused"),
+            )
+            .never_sent(),
+            SlurmFailure::AnswerLost => slurm_rest::Error::synthetic(
+                slurm_rest::ErrorKind::Transient,
+                format!("{context}: connection reset after the request was sent"),
             ),
             SlurmFailure::NodeConfigUnavailable => slurm_rest::Error::from_slurm(
                 context,
@@ -202,9 +210,11 @@ impl JobControl for FakeSlurm {
         let mut s = self.state();
         s.submits_in_flight -= 1;
         s.calls.push(SlurmCall::Submit(desc.clone()));
-        if let Some(f) = &s.fail_submit {
-            return Err(f.error("POST /slurm/v0.0.44/job/submit"));
-        }
+        let lost = match &s.fail_submit {
+            Some(SlurmFailure::AnswerLost) => true,
+            Some(f) => return Err(f.error("POST /slurm/v0.0.44/job/submit")),
+            None => false,
+        };
         let id = s.next_id;
         s.next_id += 1;
         s.jobs.insert(
@@ -217,6 +227,9 @@ impl JobControl for FakeSlurm {
                 ..Default::default()
             },
         );
+        if lost {
+            return Err(SlurmFailure::AnswerLost.error("POST /slurm/v0.0.44/job/submit"));
+        }
         Ok(id)
     }
 

@@ -974,3 +974,61 @@ async fn the_fakes_see_what_the_scheduler_sends() {
     };
     assert_eq!(desc.admin_comment, info.admin_comment);
 }
+
+/// A submit whose answer is lost (Slurm made the job): the group is not submitted again before
+/// the job watcher has listed Slurm's jobs since; then the pass finds the job and submits
+/// nothing. Without the wait, the pass right after would submit a second job.
+#[tokio::test]
+async fn a_submit_whose_answer_is_lost_is_not_doubled() {
+    let h = Harness::new(one_pod().fault(Fault::Submit(SlurmFailure::AnswerLost))).await;
+    let first = h.pass("a").await;
+    assert_eq!(first.slurm, ["submit ns/a"]);
+    assert!(first.error.is_some());
+    h.slurm.fail_submit(None);
+
+    // Before any listing: the pass waits (asks the watcher to poll) and submits nothing.
+    let waits = h.pass("a").await;
+    assert_eq!(waits.error, None);
+    assert!(waits.slurm.is_empty(), "{:?}", waits.slurm);
+    assert_eq!(
+        requeue_after(&waits.action),
+        Some(Duration::from_millis(200))
+    );
+    assert_eq!(h.ctx.metrics.submit_waits_for_listing.get(), 1);
+    // A listing that started before the doubt's margin does not count.
+    h.ctx.watcher.poll_once().await.unwrap();
+    assert!(h.pass("a").await.slurm.is_empty());
+
+    // A listing started after it: the job the lost submit made is found, nothing is sent.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::time::resume();
+    h.ctx.watcher.poll_once().await.unwrap();
+    let found = h.pass("a").await;
+    assert_eq!(found.error, None);
+    assert!(
+        !found.slurm.iter().any(|c| c.starts_with("submit")),
+        "{:?}",
+        found.slurm
+    );
+    assert_eq!(
+        h.slurm
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("submit"))
+            .count(),
+        1
+    );
+    assert_eq!(h.ctx.metrics.submits_in_doubt.get(), 1);
+}
+
+/// A refused connection never reached Slurm: no doubt, the retry submits at once.
+#[tokio::test]
+async fn a_submit_that_never_left_is_retried_without_waiting() {
+    let h = Harness::new(one_pod().fault(Fault::Submit(SlurmFailure::Unreachable))).await;
+    assert!(h.pass("a").await.error.is_some());
+    h.slurm.fail_submit(None);
+    let again = h.pass("a").await;
+    assert_eq!(again.slurm, ["submit ns/a"]);
+    assert_eq!(h.ctx.metrics.submits_in_doubt.get(), 0);
+}
