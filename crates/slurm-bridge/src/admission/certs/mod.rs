@@ -375,21 +375,35 @@ impl SelfManaged {
         Ok(outcome)
     }
 
-    /// Runs passes every `check_interval` until `stop` completes; the configurations are
-    /// written only while `leading` is true.
+    /// Runs passes every `check_interval` until `stop` completes, and at once when leadership
+    /// is won; the configurations are written only while `leading` is true. (Without the pass on
+    /// winning, a replica that won the Lease after its first pass left the webhook
+    /// configurations' caBundle stale for a whole `check_interval`, and the API server refused
+    /// the managed namespaces' pods meanwhile: a minute after `helm install` in mode `run`.)
     pub async fn run(
         self,
         client: kube::Client,
-        leading: watch::Receiver<bool>,
+        mut leading: watch::Receiver<bool>,
         stop: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(stop);
         let mut tick = tokio::time::interval(self.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leadership_open = true;
         loop {
             tokio::select! {
                 _ = &mut stop => return,
                 _ = tick.tick() => {}
+                changed = leading.changed(), if leadership_open => {
+                    if changed.is_err() {
+                        // The sender is gone: leadership stays as it is; ticks go on.
+                        leadership_open = false;
+                        continue;
+                    }
+                    if !*leading.borrow_and_update() {
+                        continue;
+                    }
+                }
             }
             let sync = *leading.borrow();
             match self.pass(&client, SystemTime::now(), sync).await {
