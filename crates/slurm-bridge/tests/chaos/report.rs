@@ -32,6 +32,8 @@ pub struct Figures<'a> {
     pub churn_took: Duration,
     pub settle_took: Duration,
     pub lost: usize,
+    /// Jobs the bridge cancelled as duplicates of a group's job (its log's warnings).
+    pub duplicates_cancelled: usize,
     pub violations: &'a [String],
 }
 
@@ -95,7 +97,7 @@ impl Figures<'_> {
         ] {
             let _ = writeln!(
                 w,
-                "proxy to {name}: {} requests, {} faulted ({:.1} %): latency {}, reset {}, 5xx {}, 429 {}, stall {}; {} answered 502 (server down)",
+                "proxy to {name}: {} requests, {} faulted ({:.1} %): latency {}, reset {}, 5xx {}, 429 {}, stall {}, answer lost after forwarding {}; {} answered 502 (server down)",
                 s.requests,
                 s.injected(),
                 100.0 * s.injected() as f64 / s.requests.max(1) as f64,
@@ -104,6 +106,7 @@ impl Figures<'_> {
                 s.error_5xx,
                 s.throttle_429,
                 s.stall,
+                s.lost_answer,
                 s.upstream_errors
             );
         }
@@ -120,9 +123,10 @@ impl Figures<'_> {
         );
         let _ = writeln!(
             w,
-            "lost {} (workloads neither deleted nor completed), duplicated {} (pods in two live jobs at once)",
+            "lost {} (workloads neither deleted nor completed), duplicated {} (pods in two live jobs at once), {} jobs cancelled as duplicates",
             self.lost,
-            self.observed.duplicated.len()
+            self.observed.duplicated.len(),
+            self.duplicates_cancelled
         );
         let _ = writeln!(w, "invariant violations: {}", self.violations.len());
         for v in self.violations.iter().take(20) {

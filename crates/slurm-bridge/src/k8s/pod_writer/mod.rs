@@ -630,6 +630,16 @@ impl PodWriter {
                     Err(kube::Error::Api(status))
                 }
             }
+            // The answer was lost, not the Binding, maybe: the pod says whether it landed.
+            Err(e) if may_have_landed(&e) => match api.get(&name).await {
+                Ok(current)
+                    if current.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) =>
+                {
+                    tracing::info!(pod = %crate::workload::ir::pod_key(pod), node, error = %e, "the Binding's answer was lost; the pod is bound");
+                    Ok(true)
+                }
+                _ => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
@@ -737,6 +747,16 @@ impl PodWriter {
     /// The bridge toleration this writer adds.
     pub fn toleration(&self) -> k8s_openapi::api::core::v1::Toleration {
         managed_node_toleration(&self.scheduler_name)
+    }
+}
+
+/// Whether a write that failed may still have been applied: no answer came (a reset, a
+/// timeout) or a gateway's 5xx did. The API server's own refusals (4xx) were not applied.
+fn may_have_landed(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500,
+        kube::Error::Service(_) | kube::Error::HyperError(_) => true,
+        _ => false,
     }
 }
 
