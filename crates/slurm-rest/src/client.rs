@@ -431,14 +431,15 @@ impl Client {
         }
     }
 
-    /// GET /job/{id}. A job Slurm does not know (any more) is [`crate::ErrorKind::NotFound`].
+    /// GET /job/{id}. A job Slurm does not know (any more) is [`crate::ErrorKind::NotFound`],
+    /// and so is an answer that lists only other jobs: never another job in its place (a
+    /// caller would act on the wrong job).
     pub async fn job(&self, job_id: u32) -> Result<JobInfo, Error> {
         let path = format!("{API_PREFIX}/job/{job_id}");
         let (status, r): (_, JobsResponse) = self.get(&path).await?;
         let mut jobs = r.jobs;
         match jobs.iter().position(|j| j.job_id == job_id) {
             Some(i) => Ok(jobs.swap_remove(i)),
-            None if !jobs.is_empty() => Ok(jobs.swap_remove(0)),
             None => Err(Error::not_found(&format!("GET {path}"), status)),
         }
     }

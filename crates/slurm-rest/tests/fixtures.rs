@@ -105,6 +105,14 @@ async fn missing_job_is_not_found() {
     );
 }
 
+/// An answer listing only another job (job_running.json is job 3) is not the job asked for.
+#[tokio::test]
+async fn an_answer_without_the_job_asked_for_is_not_found_not_another_job() {
+    let (c, _m) = client_for(vec![answer(200, "job_running.json")]).await;
+    let e = c.job(4).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
 #[tokio::test]
 async fn cancelled_job_and_cancel_answers() {
     let (c, _m) = client_for(vec![
