@@ -51,6 +51,38 @@ impl Instance {
     /// after 10 s) and starts it again from that state; returns once it answers. slurmrestd and
     /// the slurmd daemons stay up and reconnect.
     pub fn restart_slurmctld(&self) -> Result<()> {
+        self.stop_slurmctld();
+        self.spawn_slurmctld()
+    }
+
+    /// Stops slurmctld as [`Instance::restart_slurmctld`] does, empties its StateSaveLocation
+    /// ([`Instance::state_dir`]) and starts it again: a slurmctld whose saved state was lost. It
+    /// knows no job and no dynamic node (job ids start again from FirstJobId); slurmrestd and
+    /// the slurmd daemons stay up and reconnect.
+    pub fn restart_slurmctld_with_state_lost(&self) -> Result<()> {
+        self.stop_slurmctld();
+        let dir = self.state_dir();
+        let entries = std::fs::read_dir(&dir).map_err(Error::io("read the state folder"))?;
+        for entry in entries {
+            let path = entry.map_err(Error::io("read the state folder"))?.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(Error::io("empty the state folder"))?;
+        }
+        self.spawn_slurmctld()
+    }
+
+    /// The host folder slurmctld saves its state in (slurm.conf `StateSaveLocation`).
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.dir().join("state")
+    }
+
+    /// SIGTERM to slurmctld (it saves its state and exits; killed after 10 s), its sandbox
+    /// stopped and its child reaped.
+    fn stop_slurmctld(&self) {
         let old = locked(&self.meta).slurmctld.take();
         if let Some(id) = old {
             for pid in process::descendants(id.pid) {
@@ -69,7 +101,6 @@ impl Instance {
             process::stop_sandbox(id, STOP_TIMEOUT);
         }
         self.stop_child(|c| &mut c.slurmctld);
-        self.spawn_slurmctld()
     }
 
     /// Kills `daemon` (SIGKILL) and starts it again, keeping its state; returns once it answers.
