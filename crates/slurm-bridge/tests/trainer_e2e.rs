@@ -8,7 +8,7 @@
 //! PodGroup named after the TrainJob (minMember 4); the bridge submits one Slurm job for the
 //! whole TrainJob, binds the 4 pods to its nodes, they run to completion, the TrainJob is
 //! Complete and the Slurm job ended. The TrainJob's `slurmjob.*` annotation reaches the job
-//! (the PodGroup has none).
+//! (the PodGroup has none). The scheduler and the controllers act with the chart's RBAC.
 
 mod e2e;
 
@@ -58,8 +58,16 @@ async fn pods_of(env: &Env, trainjob: &str) -> Vec<Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_trainjob_runs_as_one_slurm_job() {
     let mut env = Env::start_configured(NODES, |o| o.trainer = true).await;
+    // The scheduler and the controllers run under the chart's RBAC (their ServiceAccounts'
+    // tokens): a TrainJob read the chart did not grant would be Forbidden, and its annotation
+    // lost.
+    let dir = e2e::temp_dir("trainer-rbac");
+    let (scheduler_client, controllers_client) = e2e::helm::chart_rbac_clients(&env, &dir).await;
+    let admin = std::mem::replace(&mut env.kube, scheduler_client);
     env.start_scheduler().await;
+    env.kube = controllers_client;
     let controllers = Controllers::start(&env, |_| {}).await;
+    env.kube = admin;
     let _admission = Admission::start(&env, &[NS]).await;
 
     create_object(&env.kube, runtime()).await;

@@ -369,6 +369,10 @@ checksum/config: {{ include "slurm-bridge.configYaml" . | sha256sum }}
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups", "workloads"]
   verbs: ["get", "list", "watch"]
+# A coscheduling PodGroup's owner (Kubeflow Trainer's TrainJob) lends its slurmjob.* annotations.
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["get", "list", "watch"]
 # PodGroupScheduled condition (server-side apply on the status subresource).
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups/status"]

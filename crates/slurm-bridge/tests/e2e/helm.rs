@@ -200,3 +200,50 @@ pub async fn start_components(
     }
     out
 }
+
+/// Kubernetes clients that act as the chart's scheduler and controllers do: the chart installed
+/// as release `rbac` in namespace `slurm-bridge-rbac` (admission off: the test serves its own
+/// webhooks), and a token of each component's ServiceAccount, so the chart's RBAC decides every
+/// call the in-process components make. Returns (scheduler, controllers).
+pub async fn chart_rbac_clients(env: &Env, dir: &Path) -> (kube::Client, kube::Client) {
+    const NS: &str = "slurm-bridge-rbac";
+    create_namespaces(env, &[NS]).await;
+    let mut args = vec![
+        "install".to_string(),
+        "rbac".into(),
+        chart(),
+        "--namespace".into(),
+        NS.into(),
+    ];
+    for v in test_values(env, "127.0.0.1:1")
+        .into_iter()
+        .chain(["admission.enabled=false".to_string()])
+    {
+        args.extend(["--set".to_string(), v]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    env.kube_env.helm(&args).unwrap_or_else(|e| panic!("{e}"));
+    let accounts: Vec<String> = manifest(env, "rbac", NS)
+        .iter()
+        .filter(|d| d["kind"] == "ServiceAccount")
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let client_of = async |suffix: &str| {
+        let account = accounts
+            .iter()
+            .find(|a| a.ends_with(suffix))
+            .unwrap_or_else(|| panic!("a ServiceAccount *{suffix} in {accounts:?}"));
+        let path = account_kubeconfig(env, NS, account, dir).await;
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&path).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap();
+        kube::Client::try_from(config).unwrap()
+    };
+    (
+        client_of("-scheduler").await,
+        client_of("-controllers").await,
+    )
+}

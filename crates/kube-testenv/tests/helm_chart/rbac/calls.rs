@@ -47,6 +47,12 @@ pub fn scheduler_calls() -> Vec<Perm> {
             &["podgroups", "workloads"],
             &["get", "list", "watch"],
         ),
+        // workload/kinds/coscheduling.rs: a PodGroup's TrainJob owner lends its annotations.
+        perms(
+            "trainer.kubeflow.org",
+            &["trainjobs"],
+            &["get", "list", "watch"],
+        ),
         perms("scheduling.k8s.io", &["podgroups/status"], &["patch"]), // podgroup.rs
         // DRA: caches/ ResourceSlice reflector; scheduler/claims.rs (DeviceClass get_opt,
         // the claim a pod names read back, claims listed by pod uid, created, deleted;

@@ -127,10 +127,13 @@ async fn owner_annotations<R: WorkloadReader>(
     );
     match reader.get(&owner_ref).await {
         Ok(d) => Ok(Some((annotations_of(&d.metadata), owner_ref))),
-        Err(
-            e @ (ReadError::NotFound(_) | ReadError::NoKind { .. } | ReadError::Forbidden { .. }),
-        ) => {
+        Err(e @ (ReadError::NotFound(_) | ReadError::NoKind { .. })) => {
             tracing::debug!(podgroup = %pg_ref, owner = %owner_ref, error = %e, "PodGroup owner not readable; its annotations do not apply");
+            Ok(None)
+        }
+        // The RBAC misses a grant: the owner's slurmjob.* annotations are lost, say so.
+        Err(e @ ReadError::Forbidden { .. }) => {
+            tracing::warn!(podgroup = %pg_ref, owner = %owner_ref, error = %e, "PodGroup owner forbidden to the bridge (grant it get on that kind); its slurmjob.* annotations do not apply");
             Ok(None)
         }
         Err(e) => Err(e.into()),
