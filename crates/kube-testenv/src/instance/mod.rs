@@ -388,6 +388,15 @@ impl Instance {
             .map(|_| nri_dir(&self.dir).join(format!("{node}.sock")))
     }
 
+    /// The folders of kubelet node `node` a node agent needs (a DRA kubelet plugin's sockets,
+    /// containerd's CDI specs), as host paths; `None` when `node` is not a kubelet node.
+    pub fn kubelet_dirs(&self, node: &str) -> Option<realnodes::KubeletDirs> {
+        self.kubelet
+            .as_ref()
+            .filter(|k| k.nodes.iter().any(|n| n == node))
+            .map(|_| realnodes::KubeletDirs::of(&self.dir.join("nodes").join(node)))
+    }
+
     /// The kubelet nodes (`node-1` .. `node-N`); empty without.
     pub fn kubelet_nodes(&self) -> Vec<String> {
         self.kubelet

@@ -40,7 +40,7 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Host paths bound to private folders in the nodes' mount namespace: `(host path, folder
 /// under the node's folder)`.
 const PRIVATE_PATHS: [(&str, &str); 5] = [
-    ("/var/lib/kubelet", "kubelet"),
+    (KUBELET_ROOT, "kubelet"),
     ("/var/log/pods", "pod-logs"),
     ("/var/log/containers", "container-logs"),
     ("/run/containerd", "run-containerd"),
@@ -108,6 +108,47 @@ fn cni_bridge(slot: u8, i: usize) -> String {
 /// The cgroup (below each hierarchy's root) holding the instance's kubelet nodes.
 pub(crate) fn cgroup_parent(instance: &str) -> String {
     format!("kube-testenv/{instance}")
+}
+
+/// The kubelet's root folder as the kubelet and containerd see it in their mount namespace.
+pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
+
+/// The folders of one kubelet node a node agent on the host uses. The kubelet's root
+/// (`/var/lib/kubelet` to the kubelet, [`KUBELET_ROOT`]) is the node's private `kubelet` folder
+/// bound over it, so a socket the agent creates under [`KubeletDirs::plugins_registry`] is the
+/// kubelet's `plugins_registry/` entry; an endpoint the kubelet dials is named by its own path
+/// ([`KubeletDirs::kubelet_path`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletDirs {
+    /// The kubelet's root folder on the host.
+    pub root: PathBuf,
+    /// Where the kubelet's plugin watcher looks for registration sockets.
+    pub plugins_registry: PathBuf,
+    /// The kubelet's plugins folder (`plugins/<driver>/` holds a DRA driver's socket).
+    pub plugins: PathBuf,
+    /// containerd's `cdi_spec_dirs` folder (CDI specs of the node's devices).
+    pub cdi: PathBuf,
+}
+
+impl KubeletDirs {
+    pub(crate) fn of(node_dir: &Path) -> KubeletDirs {
+        let root = node_dir.join("kubelet");
+        KubeletDirs {
+            plugins_registry: root.join("plugins_registry"),
+            plugins: root.join("plugins"),
+            cdi: node_dir.join("cdi"),
+            root,
+        }
+    }
+
+    /// The path the kubelet sees for `host_path`, a path under [`KubeletDirs::root`]
+    /// (`None` elsewhere).
+    pub fn kubelet_path(&self, host_path: &Path) -> Option<PathBuf> {
+        host_path
+            .strip_prefix(&self.root)
+            .ok()
+            .map(|rest| Path::new(KUBELET_ROOT).join(rest))
+    }
 }
 
 /// What the instance needs to run kubelet nodes: the folders of the kubelet and containerd
@@ -381,6 +422,8 @@ fn write_node_files(
     for (_, private) in PRIVATE_PATHS {
         fs::create_dir_all(nd.join(private)).map_err(Error::io("create a node folder"))?;
     }
+    // containerd's CDI folder, where a DRA driver on the host writes its specs.
+    fs::create_dir_all(nd.join("cdi")).map_err(Error::io("create the CDI folder"))?;
     for (sysctl, value) in SYSCTLS {
         write(
             &nd.join("sysctl").join(sysctl.replace('/', ".")),
@@ -747,5 +790,17 @@ mod tests {
         assert_eq!(link_slot("kt1n"), None);
         assert_eq!(link_slot("eth0"), None);
         assert!(cni_bridge(SLOTS - 1, MAX_KUBELET_NODES).len() <= 15);
+    }
+
+    #[test]
+    fn kubelet_dirs_name_the_kubelets_view_of_its_root() {
+        let d = KubeletDirs::of(Path::new("/run/kt/i/nodes/node-1"));
+        assert_eq!(d.cdi, Path::new("/run/kt/i/nodes/node-1/cdi"));
+        let sock = d.plugins.join("dra.cpu/dra.sock");
+        assert_eq!(
+            d.kubelet_path(&sock).unwrap(),
+            Path::new("/var/lib/kubelet/plugins/dra.cpu/dra.sock")
+        );
+        assert_eq!(d.kubelet_path(&d.cdi), None);
     }
 }

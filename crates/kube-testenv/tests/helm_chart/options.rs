@@ -480,4 +480,79 @@ fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
     let config = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
     let yaml = config["data"]["config.yaml"].as_str().unwrap();
     assert!(yaml.contains("defaultMemPerCpu: 512"), "{yaml}");
+    assert!(!kinds(&docs).contains(&format!("ClusterRole/{name}")));
+
+    // As the nodes' dra.cpu DRA driver: a ServiceAccount with its token, a ClusterRole reading
+    // claims and nodes and keeping slices, the kubelet's plugin folders and the CDI folder
+    // mounted as on the host (the kubelet dials the socket path the agent reports).
+    let docs = documents(&render(&[
+        "nodeAgent.enabled=true",
+        "nodeAgent.draCpu=true",
+        "nodeAgent.kubeletRootDir=/data/kubelet/",
+    ]));
+    let ds = find(&docs, "DaemonSet", &name);
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], true);
+    assert_eq!(spec["serviceAccountName"], name.as_str());
+    let args = strings(&spec["containers"][0]["args"]);
+    assert_eq!(
+        args[args.len() - 4..],
+        [
+            "--dra-cpu",
+            "--kubelet-registry-dir=/data/kubelet/plugins_registry",
+            "--kubelet-plugins-dir=/data/kubelet/plugins",
+            "--cdi-dir=/var/run/cdi",
+        ]
+    );
+    let mounts = spec["containers"][0]["volumeMounts"].as_array().unwrap();
+    for (volume, path) in [
+        ("kubelet-registry", "/data/kubelet/plugins_registry"),
+        ("kubelet-plugins", "/data/kubelet/plugins"),
+        ("cdi", "/var/run/cdi"),
+    ] {
+        let v = spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .unwrap_or_else(|| panic!("volume {volume}"));
+        assert_eq!(v["hostPath"]["path"], path, "{volume}");
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["name"] == volume && m["mountPath"] == path),
+            "{volume} mounted at {path}"
+        );
+    }
+    find(&docs, "ServiceAccount", &name);
+    let role = find(&docs, "ClusterRole", &name);
+    let rules: Vec<(String, Vec<String>)> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            strings(&r["resources"])
+                .into_iter()
+                .map(|res| (res, strings(&r["verbs"])))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (
+                "resourceclaims".to_string(),
+                strings(&serde_json::json!(["get"]))
+            ),
+            (
+                "resourceslices".to_string(),
+                strings(&serde_json::json!([
+                    "list", "get", "create", "update", "patch", "delete"
+                ]))
+            ),
+            ("nodes".to_string(), strings(&serde_json::json!(["get"]))),
+        ]
+    );
+    let binding = find(&docs, "ClusterRoleBinding", &name);
+    assert_eq!(binding["subjects"][0]["name"], name.as_str());
 }

@@ -1,7 +1,9 @@
 //! `slurm-bridge node-agent`: the containerd NRI plugin that pins the containers of the pods the
-//! bridge bound on this node to their Slurm job's CPUs ([`crate::node_agent`], docs/hybrid.md).
+//! bridge bound on this node to their Slurm job's CPUs ([`crate::node_agent`], docs/hybrid.md);
+//! with `--dra-cpu` also the node's `dra.cpu` DRA driver (docs/dra.md).
 
 use crate::config::Config;
+use crate::node_agent::dra_cpu::kubelet::{self as dra_plugin, DriverConfig};
 use crate::node_agent::{Agent, Topology, Unmanaged};
 use crate::resources::cpulist::parse_cpu_list;
 use anyhow::Context;
@@ -29,6 +31,25 @@ pub struct NodeAgentArgs {
     /// The plugin's index among NRI plugins (two digits; lower runs first).
     #[arg(long, default_value = "10")]
     pub plugin_index: String,
+    /// Also be this node's `dra.cpu` DRA driver: publish its CPUs as a ResourceSlice, prepare
+    /// the claims the bridge wrote through the kubelet's DRA plugin API, pin to their CPUs.
+    /// Needs Kubernetes API access (in-cluster or KUBECONFIG).
+    #[arg(long)]
+    pub dra_cpu: bool,
+    /// The kubelet's plugin registration folder (with `--dra-cpu`).
+    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
+    pub kubelet_registry_dir: PathBuf,
+    /// The kubelet's plugins folder; the DRA socket is `<dir>/dra.cpu/dra.sock` (with
+    /// `--dra-cpu`).
+    #[arg(long, default_value = "/var/lib/kubelet/plugins")]
+    pub kubelet_plugins_dir: PathBuf,
+    /// The DRA socket's path as the kubelet sees it, when the kubelet sees the plugins folder
+    /// under another path than the agent (default: the agent's path).
+    #[arg(long)]
+    pub kubelet_dra_endpoint: Option<PathBuf>,
+    /// The folder of CDI specs containerd reads (its `cdi_spec_dirs`) (with `--dra-cpu`).
+    #[arg(long, default_value = "/var/run/cdi")]
+    pub cdi_dir: PathBuf,
 }
 
 fn parse_unmanaged(s: &str) -> Result<Unmanaged, String> {
@@ -56,12 +77,40 @@ pub async fn run(cfg: Config, args: NodeAgentArgs) -> anyhow::Result<()> {
         cores = topology.cpus.slurm_cores(),
         "node agent starting"
     );
-    let agent = Agent::new(slurm, cluster, slurm_node, topology, args.unmanaged_cpus);
     let mut signals = super::process::signals()?;
+    let mut agent = Agent::new(
+        slurm,
+        cluster,
+        slurm_node,
+        topology.clone(),
+        args.unmanaged_cpus,
+    );
+    let dra = if args.dra_cpu {
+        // Read before the NRI connection: its synchronization pins by the claims.
+        let prepared = dra_plugin::load_prepared(&args.cdi_dir)?;
+        agent = agent.with_prepared(prepared.clone());
+        let client =
+            crate::k8s::rate_limit::client(crate::k8s::rate_limit::Limits::new(50.0, 100)?)
+                .await
+                .context(
+                    "connecting to Kubernetes (KUBECONFIG or in-cluster config) for --dra-cpu",
+                )?;
+        let config = DriverConfig {
+            node: args.node.clone(),
+            registry_dir: args.kubelet_registry_dir.clone(),
+            plugins_dir: args.kubelet_plugins_dir.clone(),
+            kubelet_endpoint: args.kubelet_dra_endpoint.clone(),
+            cdi_dir: args.cdi_dir.clone(),
+        };
+        futures::future::Either::Left(dra_plugin::run(client, config, topology, prepared))
+    } else {
+        futures::future::Either::Right(futures::future::pending())
+    };
     tokio::select! {
         r = crate::node_agent::serve(agent, &args.nri_socket, &args.plugin_index) => r.map_err(Into::into),
+        r = dra => r.map_err(Into::into),
         _ = futures::StreamExt::next(&mut signals) => {
-            tracing::info!("node agent stopping; pinned containers keep their CPUs");
+            tracing::info!("node agent stopping; pinned containers keep their CPUs, prepared claims their CDI specs");
             Ok(())
         }
     }

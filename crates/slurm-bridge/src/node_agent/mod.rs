@@ -6,8 +6,16 @@
 //! ([`plugin`]); the answer ([`pin::decide`]) comes from the pod's job-id label, checked
 //! against the job's admin_comment, and the job's layout read from Slurm ([`jobs`]), mapped
 //! onto this machine's CPUs ([`topology`]).
+//!
+//! With `--dra-cpu` it is also the node's `dra.cpu` DRA driver ([`dra_cpu`]): it publishes the
+//! node's CPUs as a ResourceSlice and serves the kubelet's DRA plugin API ([`grpc`],
+//! [`kubelet_api`]), preparing the claims the bridge wrote; the pin then follows the claims.
 
+pub mod authority;
+pub mod dra_cpu;
+pub mod grpc;
 pub mod jobs;
+pub mod kubelet_api;
 pub mod pin;
 pub mod plugin;
 pub mod topology;

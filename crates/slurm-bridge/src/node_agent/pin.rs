@@ -5,6 +5,10 @@
 //! on this node. Only when all three agree is the container pinned to those cores' machine
 //! CPUs. A label that names a job which does not name the pod (written by the pod's author, or
 //! left from another pod) makes the pod unmanaged: a pod's author can never choose CPUs.
+//!
+//! A pod whose `dra.cpu` claim this agent prepared (`--dra-cpu`) is pinned to the claim's CPUs
+//! instead: the bridge wrote them from the same job's cores, split between the job's pods on
+//! the node, so each pod gets its part. Claim CPUs outside the job's cores here are refused.
 
 use super::topology::Topology;
 use crate::dra::NodeAllocation;
@@ -74,10 +78,12 @@ pub enum Pin {
     Refuse(String),
 }
 
-/// The decision for a container of `pod` on this node (`slurm_node`, Slurm's name for it).
+/// The decision for a container of `pod` on this node (`slurm_node`, Slurm's name for it);
+/// `claimed`: the CPUs of the `dra.cpu` claims prepared for the pod, if any.
 pub fn decide(
     pod: &PodFacts,
     lookup: Option<&JobLookup>,
+    claimed: Option<&BTreeSet<i64>>,
     slurm_node: &str,
     topology: &Topology,
     unmanaged: &Unmanaged,
@@ -136,6 +142,15 @@ pub fn decide(
                     topology.cpus.slurm_cores()
                 ));
             }
+            let cpus = match claimed.filter(|c| !c.is_empty()) {
+                None => cpus,
+                Some(claimed) if claimed.is_subset(&cpus) => claimed.clone(),
+                Some(claimed) => {
+                    return Pin::Refuse(format!(
+                        "the dra.cpu claim of pod {key} names CPUs {claimed:?}, not all of them CPUs of its Slurm job {job_id} on node {slurm_node} ({cpus:?})"
+                    ));
+                }
+            };
             Pin::Cpus {
                 mems: topology.mems_of(&cpus),
                 cpus,
@@ -199,6 +214,7 @@ mod tests {
         let d = decide(
             &pod(Some("7")),
             Some(&found("u1", JobState::Running, "0x6")),
+            None,
             "node-1",
             &topology(4),
             &Unmanaged::Leave,
@@ -227,6 +243,7 @@ mod tests {
             let d = decide(
                 &facts,
                 Some(&lookup),
+                None,
                 "node-1",
                 &topology(4),
                 &Unmanaged::Leave,
@@ -239,6 +256,7 @@ mod tests {
         let d = decide(
             &pod(None),
             None,
+            None,
             "node-1",
             &topology(4),
             &Unmanaged::Cpus(BTreeSet::from([3])),
@@ -246,6 +264,7 @@ mod tests {
         assert!(matches!(&d, Pin::Cpus { cpus, job_id: None, .. } if cpus == &BTreeSet::from([3])));
         let d = decide(
             &pod(Some("x")),
+            None,
             None,
             "node-1",
             &topology(4),
@@ -275,6 +294,7 @@ mod tests {
             let d = decide(
                 &pod(Some("7")),
                 Some(&lookup),
+                None,
                 "node-1",
                 &topology(4),
                 &Unmanaged::Leave,
@@ -287,6 +307,7 @@ mod tests {
         let d = decide(
             &pod(Some("7")),
             Some(&found("u1", JobState::Running, "0x1")),
+            None,
             "node-2",
             &topology(4),
             &Unmanaged::Leave,
@@ -295,5 +316,65 @@ mod tests {
             matches!(&d, Pin::Refuse(m) if m.contains("holds nothing on node node-2")),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn a_prepared_dra_cpu_claim_narrows_the_pin_to_its_cpus_within_the_job() {
+        // The job holds cores 1-3 here; two pods of it share the node, this one claimed CPU 2.
+        let job = found("u1", JobState::Running, "0xe");
+        let d = decide(
+            &pod(Some("7")),
+            Some(&job),
+            Some(&BTreeSet::from([2])),
+            "node-1",
+            &topology(4),
+            &Unmanaged::Leave,
+        );
+        assert_eq!(
+            d,
+            Pin::Cpus {
+                cpus: BTreeSet::from([2]),
+                mems: BTreeSet::new(),
+                job_id: Some(7)
+            }
+        );
+        // No claim, or an empty one: the job's cores.
+        for claimed in [None, Some(BTreeSet::new())] {
+            let d = decide(
+                &pod(Some("7")),
+                Some(&job),
+                claimed.as_ref(),
+                "node-1",
+                &topology(4),
+                &Unmanaged::Leave,
+            );
+            assert!(
+                matches!(&d, Pin::Cpus { cpus, .. } if cpus == &BTreeSet::from([1, 2, 3])),
+                "{d:?}"
+            );
+        }
+        // A claim naming a CPU the job does not hold: refused.
+        let d = decide(
+            &pod(Some("7")),
+            Some(&job),
+            Some(&BTreeSet::from([0, 2])),
+            "node-1",
+            &topology(4),
+            &Unmanaged::Leave,
+        );
+        assert!(
+            matches!(&d, Pin::Refuse(m) if m.contains("not all of them")),
+            "{d:?}"
+        );
+        // A pod the bridge did not bind keeps the unmanaged policy, claim or not.
+        let d = decide(
+            &pod(None),
+            None,
+            Some(&BTreeSet::from([2])),
+            "node-1",
+            &topology(4),
+            &Unmanaged::Leave,
+        );
+        assert!(matches!(&d, Pin::Leave { .. }), "{d:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! The agent as an NRI plugin: the runtime's questions turned into [`decide`] calls and the
 //! answers into cpusets ([`nri_plugin`]), and the reconnecting loop around the connection.
 
+use super::dra_cpu::Prepared;
 use super::jobs::JobReads;
 use super::pin::{JobLookup, Pin, PodFacts, Unmanaged, decide};
 use super::topology::Topology;
@@ -24,6 +25,7 @@ pub struct Agent<S> {
     slurm_node: String,
     topology: Topology,
     unmanaged: Unmanaged,
+    prepared: Option<Prepared>,
 }
 
 impl<S: SlurmJobs> Agent<S> {
@@ -40,7 +42,15 @@ impl<S: SlurmJobs> Agent<S> {
             slurm_node,
             topology,
             unmanaged,
+            prepared: None,
         }
+    }
+
+    /// Pins pods with `dra.cpu` claims this agent prepared to the claims' CPUs
+    /// (`--dra-cpu`).
+    pub fn with_prepared(mut self, prepared: Prepared) -> Self {
+        self.prepared = Some(prepared);
+        self
     }
 
     /// The decision for a container of `pod`, Slurm read as needed.
@@ -49,9 +59,11 @@ impl<S: SlurmJobs> Agent<S> {
             Some(id) => Some(self.reads.lookup(id).await),
             None => None,
         };
+        let claimed = self.prepared.as_ref().and_then(|p| p.cpus_of_pod(&pod.uid));
         decide(
             pod,
             lookup.as_ref(),
+            claimed.as_ref(),
             &self.slurm_node,
             &self.topology,
             &self.unmanaged,

@@ -6,12 +6,15 @@
 //!
 //! By concern: `cpus` (Cpus_allowed_list against CPU_IDs, progress alone and side by side, pods
 //! the bridge did not bind), `memory` (OOM on either side, memory asked of Slurm), `agent` (the
-//! node agent started after a pod, and restarted). The support is in `support`.
+//! node agent started after a pod, and restarted), `dra` (the agent as the node's `dra.cpu` DRA
+//! driver: a pod asking `dra.cpu` runs on the kubelet with its claim's CPUs). The support is in
+//! `support`.
 
 #[path = "../e2e/mod.rs"]
 mod e2e;
 
 mod agent;
 mod cpus;
+mod dra;
 mod memory;
 mod support;

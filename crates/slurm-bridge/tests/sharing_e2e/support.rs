@@ -43,6 +43,37 @@ pub struct NodeAgent {
 impl NodeAgent {
     /// Starts the agent and waits until the runtime has registered it.
     pub async fn start(env: &Env) -> NodeAgent {
+        Self::start_with(env, &[]).await
+    }
+
+    /// Starts the agent as the node's `dra.cpu` DRA driver too (`--dra-cpu`, the kubelet's
+    /// folders and containerd's CDI folder, Kubernetes through KUBECONFIG), and waits until the
+    /// runtime and the kubelet have registered it.
+    pub async fn start_dra(env: &Env) -> NodeAgent {
+        let dirs = env.kube_env.kubelet_dirs("node-1").expect("kubelet node-1");
+        let dra_socket = dirs.plugins.join("dra.cpu/dra.sock");
+        let endpoint = dirs
+            .kubelet_path(&dra_socket)
+            .expect("under the kubelet's root");
+        let path = |p: &std::path::Path| p.display().to_string();
+        let agent = Self::start_with(
+            env,
+            &[
+                "--dra-cpu".into(),
+                format!("--kubelet-registry-dir={}", path(&dirs.plugins_registry)),
+                format!("--kubelet-plugins-dir={}", path(&dirs.plugins)),
+                format!("--kubelet-dra-endpoint={}", path(&endpoint)),
+                format!("--cdi-dir={}", path(&dirs.cdi)),
+            ],
+        )
+        .await;
+        agent
+            .wait_log("the kubelet registered the dra.cpu plugin")
+            .await;
+        agent
+    }
+
+    async fn start_with(env: &Env, extra: &[String]) -> NodeAgent {
         let dir = temp_dir("node-agent");
         let config = write_config(env, &dir, "");
         let log = dir.join("agent.log");
@@ -52,6 +83,8 @@ impl NodeAgent {
             .arg(&config)
             .arg("--nri-socket")
             .arg(&socket)
+            .args(extra)
+            .env("KUBECONFIG", env.kube_env.kubeconfig())
             .env("SLURM_JWT_FILE", env.slurm.token_file())
             .env_remove("SLURM_JWT")
             .env("RUST_LOG", "info")
