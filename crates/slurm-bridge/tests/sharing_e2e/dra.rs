@@ -5,12 +5,13 @@
 //! from the agent's CDI spec) and running on (the NRI pin) exactly its job's CPUs, beside a
 //! batch step on the others. Deleting the pod unprepares the claim and ends the job.
 
-use crate::e2e::{self, NS, claim_name, job_field, job_id_of, node_of, wait_some};
+use crate::e2e::{self, Env, NS, claim_name, job_field, job_id_of, node_of, wait_some};
 use crate::support::{
     NodeAgent, PRINT_CPUS, WAIT, job_cpus, logs, pod, printed_cpus, sbatch, start, wait_output,
 };
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube_testenv::KubeletDirs;
 use serde_json::json;
 use slurm_bridge::dra::NodeInventory;
 use slurm_bridge::resources::cpulist::parse_cpu_list;
@@ -26,17 +27,9 @@ fn printed_dra_cpus(text: &str) -> Option<BTreeSet<u32>> {
         .map(|l| parse_cpu_list(l).expect("a CPU list in DRA_CPUS"))
 }
 
-#[tokio::test]
-async fn a_dra_cpu_pod_starts_on_a_real_kubelet_with_its_jobs_cpus() {
-    let started = Instant::now();
-    let (env, _controllers) = start(None).await;
-    let host = env.slurm.host_cpus().expect("cgroups");
-    let host_count = host.count() as usize;
-    assert!(
-        host.count() >= 2,
-        "this test needs a host of 2 CPUs or more; it has {}",
-        host.count()
-    );
+/// The `dra.cpu` DeviceClass, and the agent as the node's driver; waits until its slice holds
+/// every CPU of the host (`host_count`), as the bridge's inventory reads it.
+async fn start_driver(env: &Env, host_count: usize) -> (NodeAgent, KubeletDirs) {
     let dc: DeviceClass = serde_json::from_value(json!({
         "metadata": {"name": "dra.cpu"},
         "spec": {"selectors": [{"cel": {"expression": "device.driver == \"dra.cpu\""}}]},
@@ -46,10 +39,8 @@ async fn a_dra_cpu_pod_starts_on_a_real_kubelet_with_its_jobs_cpus() {
         .create(&PostParams::default(), &dc)
         .await
         .unwrap();
-    let agent = NodeAgent::start_dra(&env).await;
+    let agent = NodeAgent::start_dra(env).await;
     let dirs = env.kube_env.kubelet_dirs("node-1").unwrap();
-
-    // The agent's slice: every CPU of the host, as the bridge's inventory reads it.
     let slices: Api<ResourceSlice> = Api::all(env.kube.clone());
     let inventory = wait_some("the agent's dra.cpu slice", WAIT, async || {
         let items = slices
@@ -62,6 +53,21 @@ async fn a_dra_cpu_pod_starts_on_a_real_kubelet_with_its_jobs_cpus() {
     })
     .await;
     assert_eq!(inventory.cpus.slurm_cpus(), host_count);
+    (agent, dirs)
+}
+
+#[tokio::test]
+async fn a_dra_cpu_pod_starts_on_a_real_kubelet_with_its_jobs_cpus() {
+    let started = Instant::now();
+    let (env, _controllers) = start(None).await;
+    let host = env.slurm.host_cpus().expect("cgroups");
+    let host_count = host.count() as usize;
+    assert!(
+        host.count() >= 2,
+        "this test needs a host of 2 CPUs or more; it has {}",
+        host.count()
+    );
+    let (agent, dirs) = start_driver(&env, host_count).await;
     eprintln!(
         "environment ready, plugin registered, slice published in {:?}",
         started.elapsed()
@@ -173,4 +179,114 @@ async fn a_dra_cpu_pod_starts_on_a_real_kubelet_with_its_jobs_cpus() {
     let status = agent.stop().await;
     assert!(status.success(), "the agent stops cleanly: {status:?}");
     eprintln!("test done in {:?}", started.elapsed());
+}
+
+/// Two pods of one job share the node (`pods-per-node: 2`, one `dra.cpu` each): Slurm gives the
+/// job both CPUs, the bridge's claims split them, and each container sees and runs on its own
+/// claim's CPU, not the whole job's. A restarted agent reads the prepared claims back from its
+/// CDI specs and leaves both containers on their CPUs.
+#[tokio::test]
+async fn pods_of_one_job_each_run_on_their_claims_part_and_a_restarted_agent_keeps_it() {
+    let (env, _controllers) = start(None).await;
+    let host = env.slurm.host_cpus().expect("cgroups");
+    let host_count = host.count() as usize;
+    assert!(host_count >= 2, "this test needs 2 CPUs or more");
+    let (agent, dirs) = start_driver(&env, host_count).await;
+    env.create(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "pair", "annotations": {
+            "slurmjob.slinky.slurm.net/pods-per-node": "2",
+            "slurmjob.slinky.slurm.net/exclusive": "false"}},
+        "spec": {"minMember": 2}
+    }))
+    .await;
+    let names: Vec<String> = ["pair-a", "pair-b"].map(String::from).to_vec();
+    // Each prints its DRA_CPUS once and its CPUs every half second.
+    let script = format!("echo dra=$DRA_CPUS; while :; do {PRINT_CPUS}; sleep 0.5; done");
+    for name in &names {
+        let resources = json!({"requests": {DRA_CPU: "1", "memory": "32Mi"},
+                               "limits": {DRA_CPU: "1", "memory": "32Mi"}});
+        let mut p = pod(&env, name, resources, &script);
+        p["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "pair"});
+        env.create_pod(p).await;
+    }
+    let pods = env.wait_bound(&names, WAIT).await;
+    let job = job_id_of(&pods[0]);
+    assert!(pods.iter().all(|p| job_id_of(p) == job), "one Slurm job");
+    let job_set = job_cpus(&env, job);
+    let mut parts = Vec::new();
+    for (name, p) in names.iter().zip(&pods) {
+        let claim = Api::<ResourceClaim>::namespaced(env.kube.clone(), NS)
+            .get(&claim_name(p).expect("a claim"))
+            .await
+            .unwrap();
+        let claimed: BTreeSet<u32> = e2e::allocated(&claim)
+            .into_iter()
+            .map(|(_, _, d)| d.trim_start_matches("cpu").parse().unwrap())
+            .collect();
+        let out = wait_some(&format!("{name} prints its CPUs"), WAIT, async || {
+            let l = logs(&env, name).await;
+            (printed_dra_cpus(&l).is_some() && !printed_cpus(&l).is_empty()).then_some(l)
+        })
+        .await;
+        assert_eq!(printed_dra_cpus(&out).unwrap(), claimed, "{name}: DRA_CPUS");
+        assert_eq!(
+            printed_cpus(&out)[0],
+            claimed,
+            "{name} runs on its claim's CPUs"
+        );
+        assert!(
+            claimed.is_subset(&job_set),
+            "{claimed:?} within {job_set:?}"
+        );
+        parts.push(claimed);
+    }
+    assert!(parts[0].is_disjoint(&parts[1]), "{parts:?}");
+    assert_eq!(
+        parts[0].union(&parts[1]).copied().collect::<BTreeSet<_>>(),
+        job_set,
+        "the two claims split the job's CPUs"
+    );
+    env.assert_invariants().await;
+
+    // The agent restarts: it reads both claims back and leaves both containers where they are.
+    let status = agent.stop().await;
+    assert!(status.success());
+    let agent = NodeAgent::start_dra(&env).await;
+    agent
+        .wait_log("dra.cpu claims prepared before a restart")
+        .await;
+    agent.wait_log("NRI: synchronizing").await;
+    for (name, claimed) in names.iter().zip(&parts) {
+        let before = printed_cpus(&logs(&env, name).await).len();
+        let now = wait_some(&format!("{name} prints its CPUs again"), WAIT, async || {
+            let seen = printed_cpus(&logs(&env, name).await);
+            (seen.len() > before + 1).then_some(seen)
+        })
+        .await;
+        assert!(now.iter().all(|c| c == claimed), "{name}: {now:?}");
+    }
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(!log.contains("re-pinning"), "nothing re-pinned:\n{log}");
+
+    // The pods go: both specs go, the job ends.
+    for name in &names {
+        env.pods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        env.wait_pod(name, "gone", WAIT, |p| p.is_none()).await;
+    }
+    wait_some("no CDI spec left", WAIT, async || {
+        std::fs::read_dir(&dirs.cdi)
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with("dra.cpu-"))
+            .then_some(())
+    })
+    .await;
+    env.wait_job_ended(job, WAIT).await;
+    env.assert_invariants().await;
 }
