@@ -546,9 +546,7 @@ fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
             ),
             (
                 "resourceslices".to_string(),
-                strings(&serde_json::json!([
-                    "list", "get", "create", "update", "patch", "delete"
-                ]))
+                strings(&serde_json::json!(["list", "create", "patch", "delete"]))
             ),
             ("nodes".to_string(), strings(&serde_json::json!(["get"]))),
         ]

@@ -41,6 +41,14 @@ fn rbac_grants_no_more_than_the_components_use() {
             true,
         ),
         (&["admission.enabled=false"], false, false, false, true),
+        (&["nodeAgent.enabled=true"], false, false, true, true),
+        (
+            &["nodeAgent.enabled=true", "nodeAgent.draCpu=true"],
+            false,
+            false,
+            true,
+            true,
+        ),
         (
             &[
                 "scheduler.leaderElect=false",

@@ -95,6 +95,22 @@ pub fn controllers_calls() -> Vec<Perm> {
     .concat()
 }
 
+/// What the node agent calls with `nodeAgent.draCpu` (src/node_agent/dra_cpu/): the claims the
+/// kubelet asks it to prepare (kubelet.rs), its Node's uid and the node's slices (slice.rs:
+/// list, server-side apply, which creates the first time, delete).
+pub fn node_agent_calls() -> Vec<Perm> {
+    [
+        perms("resource.k8s.io", &["resourceclaims"], &["get"]),
+        perms(
+            "resource.k8s.io",
+            &["resourceslices"],
+            &["list", "create", "patch", "delete"],
+        ),
+        perms("", &["nodes"], &["get"]),
+    ]
+    .concat()
+}
+
 /// What the pre-delete hook calls, cluster-wide (src/cli/release_finalizers.rs: list every pod,
 /// get one again after a conflict, patch its finalizers).
 pub fn release_finalizers_calls() -> Vec<Perm> {

@@ -2,7 +2,7 @@
 //! of `calls`, both ways (no grant beyond the calls, no call without its grant).
 
 use super::calls::{
-    Perm, admission_calls, ca_secret_calls, controllers_calls, lease_calls,
+    Perm, admission_calls, ca_secret_calls, controllers_calls, lease_calls, node_agent_calls,
     release_finalizers_calls, scheduler_calls,
 };
 use crate::support::{NAMESPACE, PREFIX, strings};
@@ -130,6 +130,12 @@ fn allowed_for(component: &str, selector: bool, self_managed: bool, admission: b
             ca_secret,
             named,
         },
+        "node-agent" => Allowed {
+            cluster: node_agent_calls(),
+            leases: false,
+            ca_secret: vec![],
+            named: vec![],
+        },
         "run" => Allowed {
             cluster: [scheduler_calls(), controllers_calls(), adm].concat(),
             leases: true,
@@ -220,10 +226,13 @@ pub fn check_rbac(
     // And the other way round: each running component can make every call its code makes.
     for d in docs
         .iter()
-        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job" || d["kind"] == "DaemonSet")
     {
         let spec = &d["spec"]["template"]["spec"];
-        let account = spec["serviceAccountName"].as_str().unwrap();
+        // The node agent without draCpu runs with no account and no token.
+        let Some(account) = spec["serviceAccountName"].as_str() else {
+            continue;
+        };
         let component = account.strip_prefix(&format!("{PREFIX}-")).unwrap();
         let allowed = allowed_for(component, selector, self_managed, admission);
         let have = by_account.get(account).cloned().unwrap_or_default();
