@@ -32,6 +32,9 @@ echo "==> preparing the Slurm root file system"
 echo "==> building Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and helm from their Go modules (cached; the first time about 25 minutes on 2 cores, the demo's own set about 7 of them)"
 ./target/debug/kube-testenv prepare
 
+echo "==> Prometheus and promtool from Debian's package, for the alert tests (cached)"
+./hack/prometheus.sh
+
 echo "==> cargo test --workspace"
 cargo test --workspace --no-fail-fast
 

@@ -282,6 +282,73 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/* The alert rules (docs/operations.md, "Alerts"): `groups:` of a Prometheus rules file. */}}
+{{- define "slurm-bridge.alertGroups" -}}
+{{- $a := .Values.metrics.prometheusRule -}}
+{{- $sel := printf "namespace=%q" (include "slurm-bridge.namespace" .) -}}
+{{- $by := "by (namespace)" -}}
+groups:
+  - name: slurm-bridge
+    rules:
+      - alert: SlurmBridgePodsWaiting
+        expr: max {{ $by }} (slurm_bridge_scheduler_pending_groups{ {{- $sel -}} }) > 0
+        for: {{ $a.podsWaitingFor }}
+        labels:
+          severity: warning
+        annotations:
+          summary: Pods have waited {{ $a.podsWaitingFor }} or more for Slurm to allocate their jobs
+          description: '{{ "{{" }} $value {{ "}}" }} pod groups have had a pending Slurm job for {{ $a.podsWaitingFor }}; `slurm-bridge status` shows each one with the reason Slurm gives (Resources, Priority, QOSMaxJobsPerUser...).'
+      - alert: SlurmBridgeSlurmErrors
+        expr: |
+          sum {{ $by }} (rate(slurm_bridge_scheduler_slurm_requests_total{ {{- $sel -}} ,outcome="error"}[5m]))
+            / sum {{ $by }} (rate(slurm_bridge_scheduler_slurm_requests_total{ {{- $sel -}} }[5m]))
+            > {{ $a.slurmErrorRatio }}
+        for: {{ $a.errorsFor }}
+        labels:
+          severity: critical
+        annotations:
+          summary: More than {{ mulf $a.slurmErrorRatio 100 }} % of the bridge's Slurm REST requests fail
+          description: 'slurmrestd or slurmctld is unreachable or refuses the bridge (token, permissions): pods are not scheduled and jobs not ended. The bridge logs each failure with Slurm''s message.'
+      - alert: SlurmBridgeReconcileErrors
+        expr: sum by (namespace, controller) (rate(slurm_bridge_controllers_reconcile_errors_total{ {{- $sel -}} }[5m])) > {{ $a.reconcileErrorRate }}
+        for: {{ $a.errorsFor }}
+        labels:
+          severity: warning
+        annotations:
+          summary: 'The {{ "{{" }} $labels.controller {{ "}}" }} controller keeps failing (Kubernetes API or Slurm errors)'
+          description: '{{ "{{" }} $value | humanize {{ "}}" }} failed passes per second; each is retried with backoff. The controllers'' log names the object and the error.'
+      - alert: SlurmBridgeWebhookErrors
+        expr: sum by (namespace, webhook) (rate(slurm_bridge_admission_requests_total{ {{- $sel -}} ,outcome=~"Errored|BadRequest"}[5m])) > 0
+        for: {{ $a.errorsFor }}
+        labels:
+          severity: warning
+        annotations:
+          summary: 'The {{ "{{" }} $labels.webhook {{ "}}" }} webhook cannot decide on some pods'
+          description: 'With failurePolicy Fail the API server refuses those pods in the managed namespaces. The admission log says why.'
+      - alert: SlurmBridgeWritesFenced
+        expr: sum by (namespace, target) (increase(slurm_bridge_leader_writes_total{ {{- $sel -}} ,outcome="fenced"}[10m])) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: A replica that lost its leader Lease tried to write
+          description: 'The fence kept {{ "{{" }} $value {{ "}}" }} writes from being sent (docs/operations.md, "Fencing"): the Lease could not be renewed in time (API server slow or unreachable).'
+      - alert: SlurmBridgeSlurmStateLoss
+        expr: max {{ $by }} (slurm_bridge_controllers_slurm_state_loss{ {{- $sel -}} }) > 0
+        labels:
+          severity: critical
+        annotations:
+          summary: Slurm no longer knows the jobs of many running pods; the bridge holds them
+          description: 'Slurm''s state may have been lost or rolled back (slurmctld restarted without its StateSaveLocation). The bridge keeps those pods running and drains their nodes in Slurm instead of deleting them (docs/controllers.md, "Slurm losing its state"): restore Slurm''s state, or delete the held pods to accept the loss.'
+      - alert: SlurmBridgeNoLeader
+        expr: max {{ $by }} (slurm_bridge_scheduler_leader{ {{- $sel -}} }) < 1
+        for: {{ $a.noLeaderFor }}
+        labels:
+          severity: critical
+        annotations:
+          summary: No scheduler replica holds the leader Lease
+          description: 'No pod of the bridge is being scheduled: every replica fails to acquire or renew its Lease (API server errors, RBAC on leases, clock skew).'
+{{- end -}}
+
 {{/* config.yaml (reference §2.1). */}}
 {{- define "slurm-bridge.configYaml" -}}
 schedulerName: {{ .Values.schedulerConfig.schedulerName | quote }}

@@ -281,20 +281,29 @@ pub(super) async fn forward_job_events<S: Slurm>(
     metrics: Arc<Metrics>,
     triggers: Arc<Triggers>,
 ) {
-    let mut gauge_at: Option<std::time::Instant> = None;
-    while let Some(event) = job_events.recv().await {
+    // The gauge is counted once a second from the index, not per event: a count made only on
+    // events stayed stale after the last one of a burst, and jobs recorded at submit send none
+    // (the alert on waiting pods never resolved).
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let event = tokio::select! {
+            event = job_events.recv() => match event {
+                Some(e) => e,
+                None => return,
+            },
+            _ = tick.tick() => {
+                let pending = ctx
+                    .watcher
+                    .index()
+                    .jobs()
+                    .filter(|j| j.is_pending())
+                    .count();
+                metrics.pending_groups.set(pending as i64);
+                continue;
+            }
+        };
         ctx.job_event(&event);
-        // Counting scans the index: at most once a second, not per event.
-        if gauge_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            gauge_at = Some(std::time::Instant::now());
-            let pending = ctx
-                .watcher
-                .index()
-                .jobs()
-                .filter(|j| j.is_pending())
-                .count();
-            metrics.pending_groups.set(pending as i64);
-        }
         let allocated =
             matches!(&event, crate::slurm::JobEvent::Changed(j) if j.allocated_nodes().is_some());
         for (ns, name) in event.job().comment.pod_names() {

@@ -101,3 +101,26 @@ impl Admission {
         Admission(super::admission::start(&env.kube, cfg, "slurm-bridge-admission").await)
     }
 }
+
+/// GET `url` (plain HTTP) with hyper's client: the body of a 2xx answer, else the status or the
+/// connection error as text.
+pub async fn http_get(url: &str) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let resp = client.get(uri).await.map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if status.is_success() {
+        Ok(text)
+    } else {
+        Err(format!("{url}: HTTP {status}: {text}"))
+    }
+}
