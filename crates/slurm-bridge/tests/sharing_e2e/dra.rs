@@ -256,6 +256,10 @@ async fn pods_of_one_job_each_run_on_their_claims_part_and_a_restarted_agent_kee
     agent
         .wait_log("dra.cpu claims prepared before a restart")
         .await;
+    // Its slices were as it would write them: checked, not written again.
+    agent
+        .wait_log("the dra.cpu ResourceSlices are up to date")
+        .await;
     agent.wait_log("NRI: synchronizing").await;
     for (name, claimed) in names.iter().zip(&parts) {
         let before = printed_cpus(&logs(&env, name).await).len();
@@ -268,6 +272,10 @@ async fn pods_of_one_job_each_run_on_their_claims_part_and_a_restarted_agent_kee
     }
     let log = std::fs::read_to_string(&agent.log).unwrap();
     assert!(!log.contains("re-pinning"), "nothing re-pinned:\n{log}");
+    assert!(
+        !log.contains("published the dra.cpu"),
+        "no slice written:\n{log}"
+    );
 
     // The pods go: both specs go, the job ends.
     for name in &names {

@@ -71,8 +71,17 @@ struct Driver {
     prepared: Prepared,
 }
 
+/// A claim uid as the API server makes them (it names the claim's CDI spec file).
+fn check_uid(uid: &str) -> Result<(), String> {
+    if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(format!("claim uid {uid:?} is not a Kubernetes uid"));
+    }
+    Ok(())
+}
+
 impl Driver {
     async fn prepare(&self, c: &Claim) -> Result<PreparedClaim, String> {
+        check_uid(&c.uid)?;
         let key = format!("{}/{}", c.namespace, c.name);
         let rc = Api::<ResourceClaim>::namespaced(self.client.clone(), &c.namespace)
             .get(&c.name)
@@ -112,13 +121,15 @@ impl Driver {
     fn unprepare_all(&self, req: NodeUnprepareResourcesRequest) -> NodeUnprepareResourcesResponse {
         let mut out = NodeUnprepareResourcesResponse::default();
         for c in &req.claims {
-            let error = match cdi::remove(&self.cdi_dir, &c.uid) {
+            let removed = check_uid(&c.uid)
+                .and_then(|()| cdi::remove(&self.cdi_dir, &c.uid).map_err(|e| e.to_string()));
+            let error = match removed {
                 Ok(()) => {
                     let was = self.prepared.remove(&c.uid);
                     tracing::info!(claim = %format!("{}/{}", c.namespace, c.name), uid = %c.uid, cpus = ?was.map(|p| p.cpus), "unprepared a dra.cpu claim");
                     String::new()
                 }
-                Err(e) => e.to_string(),
+                Err(e) => e,
             };
             out.claims
                 .insert(c.uid.clone(), NodeUnprepareResourceResponse { error });
@@ -245,9 +256,15 @@ pub async fn run(
 async fn keep_slices(client: kube::Client, node: &str, topology: &Topology, registered: &Notify) {
     let mut owner: Option<NodeRef> = None;
     let mut retry = Duration::from_secs(1);
+    let mut first = true;
     loop {
         let outcome = match &owner {
-            Some(o) => slice::sync(&client, o, topology).await.map(|_| ()),
+            Some(o) => slice::sync(&client, o, topology).await.map(|wrote| {
+                if !wrote && std::mem::take(&mut first) {
+                    tracing::info!(node = %o.name, "the dra.cpu ResourceSlices are up to date");
+                }
+                first = false;
+            }),
             None => match slice::node_ref(&client, node).await {
                 Ok(o) => {
                     owner = Some(o);
@@ -323,6 +340,14 @@ mod tests {
             .unwrap();
         let e = r.call("/x.Y/Z", Bytes::new()).await.unwrap_err();
         assert_eq!(e.code, grpc::Code::Unimplemented);
+    }
+
+    #[test]
+    fn a_uid_that_could_name_another_file_is_refused() {
+        assert!(check_uid("0f8c2a1e-7d3b-4c1a-9e2f-1a2b3c4d5e6f").is_ok());
+        for bad in ["", "../x", "a/b", "a b"] {
+            assert!(check_uid(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
