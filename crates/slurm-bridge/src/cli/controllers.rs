@@ -25,6 +25,24 @@ pub struct ControllerFlags {
     /// Interval of the safety-net pass over every pod and node (changes are handled at once).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub resync: Duration,
+    /// State-loss hold: when at least this many bound pods' Slurm jobs are unknown to Slurm
+    /// (and at least --state-loss-min-share of them), Slurm may have lost its state: those pods
+    /// are kept running, marked `SlurmJobLost`, and their Slurm nodes drained, instead of being
+    /// removed. 0 turns the guard off (docs/controllers.md, "Slurm losing its state").
+    #[arg(long, default_value_t = 3)]
+    pub state_loss_min_pods: usize,
+    /// State-loss hold: the share (0.0 to 1.0) of the bound pods whose jobs must be unknown.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
+    pub state_loss_min_share: f64,
+}
+
+/// A share between 0 and 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} is not between 0 and 1")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 impl ControllerFlags {
@@ -40,6 +58,8 @@ impl ControllerFlags {
         opts.node_workers = self.node_workers;
         opts.lost_node_grace = self.lost_node_grace;
         opts.resync = self.resync;
+        opts.state_loss.min_pods = self.state_loss_min_pods;
+        opts.state_loss.min_share = self.state_loss_min_share;
         opts.job_poll_interval = slurm_poll_interval;
         opts.shutdown_grace = shutdown_grace;
         opts
@@ -91,4 +111,42 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
         started.signals,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ControllerFlags,
+    }
+
+    #[test]
+    fn state_loss_flags() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        let opts = cli.flags.options(
+            Config::default(),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        assert_eq!(opts.state_loss.min_pods, 3);
+        assert_eq!(opts.state_loss.min_share, 0.5);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--state-loss-min-pods=0",
+            "--state-loss-min-share=0.25",
+        ])
+        .unwrap();
+        let opts = cli.flags.options(
+            Config::default(),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        assert_eq!(opts.state_loss.min_pods, 0);
+        assert_eq!(opts.state_loss.min_share, 0.25);
+        assert!(Cli::try_parse_from(["x", "--state-loss-min-share=1.5"]).is_err());
+    }
 }

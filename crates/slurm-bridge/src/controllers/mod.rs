@@ -10,6 +10,7 @@
 pub mod metrics;
 pub mod node;
 pub mod pod;
+pub mod state_loss;
 
 use crate::caches::{CacheOptions, Caches};
 use crate::config::Config;
@@ -25,6 +26,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// Interval of the state-loss census task ([`state_loss::StateLoss::run`]).
+const STATE_LOSS_CENSUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How the controllers run.
 #[derive(Clone, Debug)]
@@ -48,6 +52,9 @@ pub struct ControllersOptions {
     /// ([`crate::slurm::sweep`]); None where the scheduler runs in the same process and sweeps
     /// (`run`), so it is not done twice.
     pub sweep_interval: Option<Duration>,
+    /// When pods whose Slurm jobs Slurm does not know are kept rather than removed (Slurm may
+    /// have lost its state; [`state_loss`]).
+    pub state_loss: state_loss::StateLossOptions,
 }
 
 impl ControllersOptions {
@@ -62,6 +69,7 @@ impl ControllersOptions {
             job_poll_interval: Duration::from_secs(1),
             node_poll_interval: Duration::from_secs(10),
             sweep_interval: Some(Duration::from_secs(30)),
+            state_loss: state_loss::StateLossOptions::default(),
         }
     }
 
@@ -85,6 +93,8 @@ pub struct ControllersHandle {
     /// True once everything has stopped after shutdown.
     pub stopped: watch::Receiver<bool>,
     pub metrics: Arc<ControllerMetrics>,
+    /// The state-loss census (its gauges: [`state_loss::StateLoss::gauges`]).
+    pub state_loss: Arc<state_loss::StateLoss>,
 }
 
 /// Runs the controllers with caches of their own until `shutdown` completes.
@@ -114,6 +124,12 @@ pub fn run_with<S: Slurm + NodeControl>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> ControllersHandle {
     let metrics = ControllerMetrics::new(registry);
+    let state_loss = state_loss::StateLoss::new(
+        caches.handles.pods.clone(),
+        caches.handles.jobs.clone(),
+        opts.state_loss.clone(),
+        registry.sub_registry_with_prefix(ControllerMetrics::PREFIX),
+    );
     let pod_ctx = pod::PodCtx::new(
         caches.handles(),
         client.clone(),
@@ -124,7 +140,9 @@ pub fn run_with<S: Slurm + NodeControl>(
             resync: opts.resync,
         },
         metrics.clone(),
+        state_loss.clone(),
     );
+    let state_loss_census = state_loss.clone();
     let node_metrics =
         node::metrics::NodeMetrics::with_reconcile(registry, metrics.reconcile.clone());
     let node_opts = node::NodeControllerOptions {
@@ -163,6 +181,7 @@ pub fn run_with<S: Slurm + NodeControl>(
                     node_changes,
                     slices: caches.handles.slices.clone(),
                     slice_changes: slice_node_refs(caches.slice_changes()),
+                    state_loss: Some(state_loss_census.clone()),
                 };
                 let nodes = node::run(
                     inputs,
@@ -191,8 +210,13 @@ pub fn run_with<S: Slurm + NodeControl>(
                         }
                     }
                 };
+                // The census of pods whose jobs Slurm lost: metrics, logs and node passes follow
+                // it even when no pod pass runs.
+                let census = state_loss_census
+                    .clone()
+                    .run(STATE_LOSS_CENSUS_INTERVAL, until_true(stop_rx.clone()));
                 let pods = pod::run(pod_ctx.clone(), pod_triggers, until_true(stop_rx));
-                let mut term = Box::pin(futures::future::join3(pods, nodes, sweep));
+                let mut term = Box::pin(futures::future::join4(pods, nodes, sweep, census));
                 let shutting_down = tokio::select! {
                     _ = &mut term => {
                         tracing::warn!("the controllers stopped; starting them again");
@@ -230,6 +254,7 @@ pub fn run_with<S: Slurm + NodeControl>(
         leading: leading_rx,
         stopped: stopped_rx,
         metrics,
+        state_loss,
     }
 }
 

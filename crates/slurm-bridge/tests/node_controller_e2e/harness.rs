@@ -119,6 +119,7 @@ impl Harness {
             node_changes: rx,
             slices,
             slice_changes: futures::stream::empty(),
+            state_loss: None,
         };
         self.tasks.push(tokio::spawn(node::run(
             inputs,

@@ -76,6 +76,24 @@ pub fn cordon_reason(kube_name: &str) -> String {
     format!("{REASON_MARK} Corresponding Kubernetes node ({kube_name}) is unschedulable")
 }
 
+/// How many held pods a state-loss drain reason names before `+N more`.
+const LOST_REASON_PODS: usize = 3;
+
+/// The drain reason of a node hosting pods whose Slurm jobs Slurm lost (state-loss hold,
+/// [`crate::controllers::state_loss`]): `held` are the pods (`ns/name`), sorted.
+pub fn lost_reason(held: &[String]) -> String {
+    let mut named = held
+        .iter()
+        .take(LOST_REASON_PODS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if held.len() > LOST_REASON_PODS {
+        named.push_str(&format!(", +{} more", held.len() - LOST_REASON_PODS));
+    }
+    format!("{REASON_MARK} Slurm lost the jobs of running pods ({named})")
+}
+
 /// What a pass does to the Slurm node's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateAction {
@@ -94,11 +112,16 @@ pub enum StateAction {
 }
 
 /// The state decision for a Slurm node: `unschedulable` is the Kubernetes node's cordon,
-/// `removal` a pending removal or re-creation.
+/// `removal` a pending removal or re-creation, `held` the pods on the Kubernetes node kept
+/// though Slurm lost their jobs (state-loss hold): while there are any, the node stays drained
+/// so Slurm places nothing on the CPUs they use; a drain already there (the cordon's, an
+/// admin's) is kept as it is, and the bridge's drain is lifted only once neither a cordon nor a
+/// held pod asks for it.
 pub fn decide(
     kube_name: &str,
     unschedulable: bool,
     removal: Option<&Removal>,
+    held: &[String],
     slurm: &SlurmNode,
 ) -> StateAction {
     match removal {
@@ -106,6 +129,8 @@ pub fn decide(
         Some(r) if !is_drain(slurm) => StateAction::Drain(removal_reason(&slurm.name, r)),
         Some(_) if is_busy(slurm) => StateAction::WaitIdle,
         Some(_) => StateAction::Delete,
+        None if !held.is_empty() && !is_drain(slurm) => StateAction::Drain(lost_reason(held)),
+        None if !held.is_empty() => StateAction::Nothing,
         None if unschedulable && !is_drain(slurm) => StateAction::Drain(cordon_reason(kube_name)),
         None if !unschedulable && is_drain(slurm) && reason_is_ours(slurm.reason.as_deref()) => {
             StateAction::Undrain
@@ -262,7 +287,7 @@ mod tests {
         for (cordoned, removal, states, reason, want) in cases {
             let n = node(states, reason);
             assert_eq!(
-                decide("k1", cordoned, removal, &n),
+                decide("k1", cordoned, removal, &[], &n),
                 want,
                 "cordoned={cordoned} removal={removal:?} {states:?} {reason:?}"
             );
@@ -275,6 +300,7 @@ mod tests {
             cordon_reason("k1"),
             removal_reason("s1", &Removal::LabelRemoved),
             removal_reason("s1", &Removal::Recreate(vec!["a".into(), "b".into()])),
+            lost_reason(&["ns/a".into()]),
         ] {
             assert!(r.starts_with(REASON_MARK), "{r}");
             assert_eq!(r.matches(REASON_MARK).count(), 1, "{r}");
@@ -283,5 +309,159 @@ mod tests {
             removal_reason("s1", &Removal::Recreate(vec!["a".into(), "b".into()])),
             "slurm-bridge: re-creating external node s1 (a, b)"
         );
+    }
+}
+
+#[cfg(test)]
+mod state_loss_tests {
+    use super::*;
+    use NodeState::*;
+
+    fn node(states: &[NodeState], reason: Option<&str>) -> SlurmNode {
+        SlurmNode {
+            name: "s1".into(),
+            state: states.to_vec(),
+            reason: reason.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lost_reason_names_a_few_pods() {
+        assert_eq!(
+            lost_reason(&["ns/a".into(), "ns/b".into()]),
+            "slurm-bridge: Slurm lost the jobs of running pods (ns/a, ns/b)"
+        );
+        let many: Vec<String> = (0..5).map(|i| format!("ns/p{i}")).collect();
+        assert_eq!(
+            lost_reason(&many),
+            "slurm-bridge: Slurm lost the jobs of running pods (ns/p0, ns/p1, ns/p2, +2 more)"
+        );
+    }
+
+    /// Held pods (state-loss hold) drain the node; the drain is lifted once none is held, unless
+    /// a cordon keeps it; an admin's drain is never touched; removals go first.
+    #[test]
+    fn held_pods_drain_the_node() {
+        let held = vec!["ns/a".to_string()];
+        let none: Vec<String> = Vec::new();
+        let lost = lost_reason(&held);
+        let ours_lost = Some(lost.as_str());
+        let cordon = cordon_reason("k1");
+        let ours_cordon = Some(cordon.as_str());
+        let admin = Some("maintenance");
+        let gone = Removal::LabelRemoved;
+        // (cordoned, removal, held, states, reason, want)
+        type Case<'a> = (
+            bool,
+            Option<&'a Removal>,
+            &'a [String],
+            &'a [NodeState],
+            Option<&'a str>,
+            StateAction,
+        );
+        let cases: Vec<Case> = vec![
+            // Held pods on an idle node (re-created after the loss, or a hybrid node): drained.
+            (
+                false,
+                None,
+                &held,
+                &[Idle, External],
+                None,
+                StateAction::Drain(lost.clone()),
+            ),
+            (
+                false,
+                None,
+                &held,
+                &[Idle],
+                None,
+                StateAction::Drain(lost.clone()),
+            ),
+            // Drained already (ours, the cordon's, an admin's): kept as it is.
+            (
+                false,
+                None,
+                &held,
+                &[Idle, Drain],
+                ours_lost,
+                StateAction::Nothing,
+            ),
+            (
+                true,
+                None,
+                &held,
+                &[Idle, Drain],
+                ours_cordon,
+                StateAction::Nothing,
+            ),
+            (
+                false,
+                None,
+                &held,
+                &[Idle, Drain],
+                admin,
+                StateAction::Nothing,
+            ),
+            // A cordon during the hold: still drained, with either reason.
+            (
+                true,
+                None,
+                &held,
+                &[Mixed, Drain],
+                ours_lost,
+                StateAction::Nothing,
+            ),
+            // No pod held any more: lifted, unless cordoned; an admin's drain stays.
+            (
+                false,
+                None,
+                &none,
+                &[Idle, Drain],
+                ours_lost,
+                StateAction::Undrain,
+            ),
+            (
+                true,
+                None,
+                &none,
+                &[Idle, Drain],
+                ours_lost,
+                StateAction::Nothing,
+            ),
+            (
+                false,
+                None,
+                &none,
+                &[Idle, Drain],
+                admin,
+                StateAction::Nothing,
+            ),
+            // A removal goes first, held pods or not.
+            (
+                false,
+                Some(&gone),
+                &held,
+                &[Idle, External],
+                None,
+                StateAction::Drain(removal_reason("s1", &gone)),
+            ),
+            (
+                false,
+                Some(&gone),
+                &held,
+                &[Idle, Drain],
+                ours_lost,
+                StateAction::Delete,
+            ),
+        ];
+        for (cordoned, removal, held, states, reason, want) in cases {
+            let n = node(states, reason);
+            assert_eq!(
+                decide("k1", cordoned, removal, held, &n),
+                want,
+                "cordoned={cordoned} removal={removal:?} held={held:?} {states:?} {reason:?}"
+            );
+        }
     }
 }

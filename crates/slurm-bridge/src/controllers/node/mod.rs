@@ -38,6 +38,7 @@ mod triggers;
 use crate::controllers::node::pass::pass;
 use crate::controllers::node::triggers::filter_node_changes;
 use crate::controllers::node::triggers::slurm_triggers;
+use crate::controllers::state_loss::StateLoss;
 use crate::slurm::NodeControl;
 use crate::slurm::{SlurmNodeCache, SlurmNodes};
 use futures::{Stream, StreamExt};
@@ -113,6 +114,8 @@ struct Ctx<S, C> {
     /// The Slurm view last written per node, so a pass on a cache that does not show it yet
     /// does not publish its Event twice.
     shown: Mutex<HashMap<String, Option<slurm_view::View>>>,
+    /// The state-loss census: nodes hosting pods held for jobs Slurm lost stay drained.
+    state_loss: Option<Arc<StateLoss>>,
 }
 
 /// What the node controller runs on: the Kubernetes client, the Slurm client, the shared caches
@@ -135,6 +138,9 @@ pub struct NodeInputs<S, C, N, L> {
     pub slices: Store<ResourceSlice>,
     /// Nodes whose ResourceSlices changed.
     pub slice_changes: L,
+    /// The state-loss census ([`crate::controllers::state_loss`]): the nodes hosting held pods
+    /// are drained, and passed again when their held pods change. None: no such drains.
+    pub state_loss: Option<Arc<StateLoss>>,
 }
 
 /// Runs the node controller until `stop` completes (then lets the passes in flight finish).
@@ -174,7 +180,16 @@ pub async fn run<S, C, N, L>(
         failures: crate::backoff::Backoffs::new(Duration::from_secs(1), MAX_BACKOFF),
         warned: Default::default(),
         shown: Default::default(),
+        state_loss: inputs.state_loss.clone(),
     });
+    // Nodes whose held pods changed (state-loss hold begins or ends there).
+    let held_changes = match &inputs.state_loss {
+        Some(s) => {
+            let mut rx = s.subscribe_nodes();
+            futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+        }
+        None => futures::stream::empty().boxed(),
+    };
 
     // Deleted Kubernetes nodes wake the orphan sweep, as the listing's changes do.
     let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
@@ -216,7 +231,7 @@ pub async fn run<S, C, N, L>(
     .reconcile_all_on(resyncs)
     .reconcile_on(futures::stream::select(
         futures::stream::select(node_triggers, slurm_triggers),
-        inputs.slice_changes,
+        futures::stream::select(inputs.slice_changes, held_changes),
     ))
     .graceful_shutdown_on(graceful)
     .run(reconcile, error_policy, ctx)

@@ -86,7 +86,7 @@ async fn remove<S: NodeControl, C: SlurmNodes>(
             return Ok(false);
         };
         let removal = Removal::NodeDeleted(kube.to_string());
-        match decide(kube, false, Some(&removal), &s) {
+        match decide(kube, false, Some(&removal), &[], &s) {
             StateAction::Drain(reason) => {
                 tracing::info!(slurm_node = %name, kubernetes_node = %kube, %reason, "draining the Slurm node of a deleted Kubernetes node");
                 let u = UpdateNodeMsg::state(NodeState::Drain, Some(reason));

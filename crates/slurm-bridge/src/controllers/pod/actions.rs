@@ -200,3 +200,91 @@ pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodErro
     tracing::debug!(pod = %super::pod_key(pod), "finalizer released");
     Ok(())
 }
+
+/// `pods/status` patch of the `SlurmJobLost` condition, as counted in the write metrics.
+const WRITE_JOB_LOST: &str = "job_lost";
+
+/// Sets the pod condition `SlurmJobLost` (strategic merge keyed by type: the other conditions
+/// stay); false when the pod is gone.
+async fn set_lost_condition<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+    held: bool,
+    reason: &str,
+    message: &str,
+) -> Result<bool, PodError> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let patch = json!({"status": {"conditions": [{
+        "type": crate::controllers::state_loss::CONDITION,
+        "status": if held { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }]}});
+    ctx.metrics.kube_writes.inc(WRITE_JOB_LOST);
+    let params = PatchParams {
+        field_manager: Some(format!("{}-controllers", ctx.opts.scheduler_name)),
+        ..Default::default()
+    };
+    match api
+        .patch_status(&pod.name_any(), &params, &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Keeps a pod whose job Slurm does not know (state-loss hold): the condition
+/// `SlurmJobLost=True` with the census, and one Warning Event (the condition marks it done, so
+/// a restarted controller does not repeat it).
+pub async fn hold<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+    job_id: u32,
+    census: &crate::controllers::state_loss::Census,
+) -> Result<(), PodError> {
+    use crate::controllers::state_loss::REASON_HELD;
+    let text = census.message(job_id);
+    tracing::warn!(pod = %super::pod_key(pod), job_id, "keeping pod: {text}");
+    if !set_lost_condition(ctx, pod, true, REASON_HELD, &text).await? {
+        return Ok(());
+    }
+    ctx.writer
+        .event_for(
+            "Keeping",
+            &ctx.metrics.kube_writes,
+            pod,
+            true,
+            REASON_HELD,
+            text,
+        )
+        .await;
+    Ok(())
+}
+
+/// Lifts the hold of a pod whose job Slurm knows again: `SlurmJobLost=False` and a Normal
+/// Event.
+pub async fn unhold<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod, job_id: u32) -> Result<(), PodError> {
+    use crate::controllers::state_loss::REASON_FOUND;
+    let text = format!("Slurm knows job {job_id} again: the pod is no longer held");
+    tracing::info!(pod = %super::pod_key(pod), job_id, "{text}");
+    if !set_lost_condition(ctx, pod, false, REASON_FOUND, &text).await? {
+        return Ok(());
+    }
+    ctx.writer
+        .event_for(
+            "Keeping",
+            &ctx.metrics.kube_writes,
+            pod,
+            false,
+            REASON_FOUND,
+            text,
+        )
+        .await;
+    Ok(())
+}

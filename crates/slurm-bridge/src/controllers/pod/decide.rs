@@ -5,7 +5,9 @@
 //! with the finalizer the admission webhook gave it, which is released):
 //! - A bound pod that still runs needs a RUNNING job. Otherwise it is removed as kube-scheduler's
 //!   preemption removes a pod: `DisruptionTarget` with a reason naming the cause, then a delete
-//!   with the pod's grace period.
+//!   with the pod's grace period. Except in state-loss hold ([`crate::controllers::state_loss`]):
+//!   a pod whose job Slurm does not know is kept and marked `SlurmJobLost`, and the mark is
+//!   lifted once its job is known again.
 //! - A pod is *finished* once its containers have stopped: phase Succeeded or Failed, or deleted
 //!   with no container running, or on a node lost for longer than the grace period (no kubelet
 //!   will ever report it).
@@ -77,6 +79,11 @@ pub struct Member {
     /// Failed because the kubelet refused to admit it (`Pod was rejected: ...`, reason
     /// `OutOfcpu`, `OutOfmemory`, ...): its containers never started.
     pub rejected: bool,
+    /// Carries `SlurmJobLost=True`: held already for a job Slurm does not know.
+    pub lost_marked: bool,
+    /// The state-loss census ([`crate::controllers::state_loss`]) keeps this pod should its job
+    /// be unknown: the bridge is in state-loss hold, or the pod is held already.
+    pub hold_if_unknown: bool,
 }
 
 impl Member {
@@ -189,6 +196,11 @@ pub enum Plan {
     Keep,
     /// Mark `DisruptionTarget` (unless already there) and delete the pod.
     Remove(Cause),
+    /// Keep the pod running though Slurm does not know its job (state-loss hold): mark it
+    /// `SlurmJobLost` (unless already marked).
+    Hold,
+    /// The pod was held and its job is known again: lift the `SlurmJobLost` mark.
+    Unhold,
     /// Cancel the job (if given), then release the finalizers of these pods.
     Release {
         cancel: Option<(u32, Cause)>,
@@ -221,7 +233,12 @@ pub fn decide(me: &Member, job: &JobView, members: &[Member]) -> Plan {
     }
     if !me.finished() {
         return match removal_cause(job) {
+            // Slurm may have lost its state: the pod keeps running, marked (see
+            // `controllers::state_loss`).
+            Some(Cause::JobUnknown) if me.hold_if_unknown && !me.deleting => Plan::Hold,
             Some(cause) if !me.deleting => Plan::Remove(cause),
+            // Its job is back (Slurm's state restored): the mark goes.
+            None if me.lost_marked && !me.deleting => Plan::Unhold,
             // Being deleted: wait for the containers to stop.
             _ => Plan::Keep,
         };

@@ -11,6 +11,7 @@ pub mod decide;
 
 use crate::caches::{CacheHandles, Change};
 use crate::controllers::metrics::ControllerMetrics;
+use crate::controllers::state_loss::StateLoss;
 use crate::k8s::PodWriter;
 use crate::k8s::slim_pod::Pod;
 use crate::slurm::Slurm;
@@ -65,6 +66,10 @@ pub struct PodCtx<S> {
     pub metrics: Arc<ControllerMetrics>,
     /// When each node was seen deleted (a deleted node has no condition to tell).
     gone_since: Mutex<HashMap<String, Instant>>,
+    /// When each node was first seen not Ready with no `lastTransitionTime` on its condition.
+    not_ready_since: Mutex<HashMap<String, Instant>>,
+    /// The state-loss census: whether a pod whose job Slurm does not know is kept.
+    pub state_loss: Arc<StateLoss>,
     /// Backoff per pod: 0.25 s doubling up to 30 s.
     failures: crate::backoff::Backoffs,
 }
@@ -75,8 +80,11 @@ impl<S: Slurm> PodCtx<S> {
         client: kube::Client,
         opts: PodControllerOptions,
         metrics: Arc<ControllerMetrics>,
+        state_loss: Arc<StateLoss>,
     ) -> Arc<Self> {
         Arc::new(PodCtx {
+            not_ready_since: Default::default(),
+            state_loss,
             writer: PodWriter::new(client.clone(), &opts.scheduler_name),
             caches,
             client,
@@ -106,16 +114,18 @@ impl<S: Slurm> PodCtx<S> {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
         match ready {
-            Some(c) if c.status == "True" => None,
+            Some(c) if c.status == "True" => {
+                self.not_ready_since.locked().remove(node);
+                None
+            }
             Some(c) => {
-                let since = c
-                    .last_transition_time
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
-                let for_ = k8s_openapi::jiff::Timestamp::now()
-                    .duration_since(since)
-                    .unsigned_abs();
+                let for_ = unhealthy_for(
+                    node,
+                    c.last_transition_time.as_ref().map(|t| t.0),
+                    &self.not_ready_since,
+                    k8s_openapi::jiff::Timestamp::now(),
+                    Instant::now(),
+                );
                 Some(grace.saturating_sub(for_))
             }
             // No Ready condition yet: a node still registering.
@@ -149,6 +159,8 @@ impl<S: Slurm> PodCtx<S> {
                 .any(|f| f == crate::wellknown::FINALIZER),
             disrupted: actions::is_disrupted(pod),
             rejected: actions::kubelet_rejection(pod).is_some(),
+            lost_marked: crate::controllers::state_loss::is_marked(pod),
+            hold_if_unknown: false,
         };
         (member, loss.filter(|d| !d.is_zero()))
     }
@@ -180,7 +192,33 @@ impl<S: Slurm> PodCtx<S> {
     }
 }
 
+/// How long a node has been not Ready: since its Ready condition's `lastTransitionTime`, or,
+/// when the condition carries none, since this controller first saw it so (remembered in `seen`
+/// per node; without that, a node reporting no time would never reach the lost-node grace).
+fn unhealthy_for(
+    node: &str,
+    transition: Option<k8s_openapi::jiff::Timestamp>,
+    seen: &Mutex<HashMap<String, Instant>>,
+    now: k8s_openapi::jiff::Timestamp,
+    now_instant: Instant,
+) -> Duration {
+    match transition {
+        Some(since) => {
+            seen.locked().remove(node);
+            Duration::try_from(now.duration_since(since)).unwrap_or_default()
+        }
+        None => {
+            let mut seen = seen.locked();
+            let first = *seen.entry(node.to_string()).or_insert(now_instant);
+            now_instant.saturating_duration_since(first)
+        }
+    }
+}
+
 /// The job a pod names, from the watcher's index; an id the index lacks is asked of Slurm once.
+/// A job whose admin_comment does not name the pod with its uid is not the pod's: after Slurm
+/// lost its state it hands out job ids from FirstJobId again, so a new job may carry the id an
+/// old pod's label names. Such a pod's job counts as unknown (`Err(id)`).
 async fn job_of<S: Slurm>(
     ctx: &PodCtx<S>,
     pod: &Pod,
@@ -193,7 +231,15 @@ async fn job_of<S: Slurm>(
         Some(j) => Some(j),
         None => ctx.caches.jobs.refresh(id).await?,
     };
-    Ok(Some(job.ok_or(id)))
+    Ok(Some(own_job(pod, job).ok_or(id)))
+}
+
+/// `job` when it names `pod` with its uid (see [`job_of`]).
+fn own_job(pod: &Pod, job: Option<Arc<WatchedJob>>) -> Option<Arc<WatchedJob>> {
+    job.filter(|j| {
+        j.comment
+            .names_pod(&pod_key(pod), pod.metadata.uid.as_deref())
+    })
 }
 
 /// How long a pod the scheduler bound without the job id label has left to get it: the
@@ -237,7 +283,7 @@ pub async fn reconcile<S: Slurm>(pod: Arc<Pod>, ctx: Arc<PodCtx<S>>) -> Result<A
 }
 
 async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action, PodError> {
-    let (me, recheck_in) = ctx.member(pod);
+    let (mut me, recheck_in) = ctx.member(pod);
     let released_unbound = me.deleting && me.has_finalizer && jobid_label(pod).is_none();
     if !me.bound && !me.terminal && !released_unbound {
         // Pending: the scheduler's (one deleted before it was labelled is decided below).
@@ -250,7 +296,8 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         && let Some(Ok(j)) = &job
         && !j.is_running()
     {
-        job = Some(ctx.caches.jobs.refresh(j.job_id).await?.ok_or(j.job_id));
+        let id = j.job_id;
+        job = Some(own_job(pod, ctx.caches.jobs.refresh(id).await?).ok_or(id));
     }
     if job.is_none()
         && me.bound
@@ -269,9 +316,28 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
         Some(Err(id)) => JobView::Unknown(*id),
         Some(Ok(j)) => JobView::Known(j),
     };
+    // Slurm may have lost its state: the census decides whether a pod whose job is unknown is
+    // kept (taken only then: it reads every cached pod).
+    let census = match view {
+        JobView::Unknown(_) if me.bound && !me.finished() && !me.deleting => {
+            let census = ctx.state_loss.census();
+            me.hold_if_unknown = census.holds(me.lost_marked);
+            Some(census)
+        }
+        _ => None,
+    };
     let siblings: Vec<Arc<Pod>> = match jobid_label(pod) {
         Some(value) if job.is_some() => ctx.pods_of_job(value),
         _ => Vec::new(),
+    };
+    // The members of a known job are the pods it names: a pod still labelled with the id of a
+    // job Slurm lost is not a member of the new job that got that id.
+    let siblings: Vec<Arc<Pod>> = match &view {
+        JobView::Known(j) => siblings
+            .into_iter()
+            .filter(|p| j.comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
+            .collect(),
+        _ => siblings,
     };
     let mut members: Vec<Member> = siblings.iter().map(|p| ctx.member(p).0).collect();
     if !members.iter().any(|m| m.key == me.key) {
@@ -279,6 +345,18 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
     }
     match decide::decide(&me, &view, &members) {
         Plan::Keep => {}
+        Plan::Hold => {
+            if !me.lost_marked
+                && let (Some(census), Some(job_id)) = (&census, view.job_id())
+            {
+                actions::hold(ctx, pod, job_id, census).await?;
+            }
+        }
+        Plan::Unhold => {
+            if let Some(job_id) = view.job_id() {
+                actions::unhold(ctx, pod, job_id).await?;
+            }
+        }
         Plan::Remove(cause) => {
             actions::remove(ctx, pod, &view, cause).await?;
         }
@@ -475,6 +553,39 @@ mod tests {
             "status": {"conditions": conditions},
         }))
         .expect("pod")
+    }
+
+    #[test]
+    fn a_not_ready_node_without_a_transition_time_is_timed_from_when_first_seen() {
+        let seen = Mutex::new(HashMap::new());
+        let now: k8s_openapi::jiff::Timestamp = "2026-12-03T12:00:30Z".parse().unwrap();
+        let t0 = Instant::now();
+        // No lastTransitionTime: first seen now, then counted from then (it used to count from
+        // "now" at every pass, so the node never reached the grace).
+        assert_eq!(unhealthy_for("n1", None, &seen, now, t0), Duration::ZERO);
+        let later = t0 + Duration::from_secs(400);
+        assert_eq!(
+            unhealthy_for("n1", None, &seen, now, later),
+            Duration::from_secs(400)
+        );
+        assert_eq!(
+            unhealthy_for("n2", None, &seen, now, later),
+            Duration::ZERO,
+            "per node"
+        );
+        // With a time, the condition's transition counts (and the remembered time goes).
+        let since: k8s_openapi::jiff::Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        assert_eq!(
+            unhealthy_for("n1", Some(since), &seen, now, later),
+            Duration::from_secs(30)
+        );
+        assert!(!seen.locked().contains_key("n1"));
+        // A transition time in the future (clock skew): not unhealthy yet.
+        let ahead: k8s_openapi::jiff::Timestamp = "2026-12-03T12:01:00Z".parse().unwrap();
+        assert_eq!(
+            unhealthy_for("n3", Some(ahead), &seen, now, later),
+            Duration::ZERO
+        );
     }
 
     #[test]

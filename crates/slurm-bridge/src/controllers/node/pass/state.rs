@@ -12,6 +12,12 @@ use crate::slurm::NodeControl;
 use crate::slurm::SlurmNodes;
 use crate::wellknown::LABEL_EXTERNAL_NODE;
 use slurm_rest::models::{NodeState, UpdateNodeMsg};
+use std::time::Duration;
+
+/// A census of the held pods this recent is reused by a node pass (each census reads every
+/// cached pod; the census task takes one every second and passes the nodes whose held pods
+/// changed).
+const HELD_CENSUS_AGE: Duration = Duration::from_millis(500);
 
 /// Drains, lifts the bridge's drain, deletes (and for a re-creation registers again).
 pub(super) async fn state_step<S: NodeControl, C: SlurmNodes>(
@@ -26,12 +32,18 @@ pub(super) async fn state_step<S: NodeControl, C: SlurmNodes>(
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
+    // The pods on this node kept though Slurm lost their jobs: the node stays drained.
+    let held = ctx
+        .state_loss
+        .as_ref()
+        .map(|s| s.census_within(HELD_CENSUS_AGE).held_on(&p.name))
+        .unwrap_or_default();
     // At most: drain, then (idle already) delete, then (re-created) drain for the cordon.
     for _ in 0..3 {
         let Some(s) = p.slurm.clone() else {
             return Ok(());
         };
-        let action = decide(&p.name, cordoned, removal.as_ref(), &s);
+        let action = decide(&p.name, cordoned, removal.as_ref(), &held, &s);
         match action {
             StateAction::Nothing => return Ok(()),
             StateAction::WaitAdmin => {

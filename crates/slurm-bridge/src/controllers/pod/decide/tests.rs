@@ -496,3 +496,94 @@ fn a_pod_the_kubelet_rejected_ends_its_job_once() {
     );
     assert_eq!(Cause::KubeletRejected.reason(), "KubeletRejected");
 }
+
+/// Slurm losing its state: a pod whose job is unknown is held (not removed) when the census
+/// says so, or once marked; the mark goes when the job is known again; a held pod deleted by the
+/// admin is released as any finished pod whose job is gone.
+#[test]
+fn state_loss_hold() {
+    let running = job(7, &[JobState::Running]);
+    let cancelled = job(7, &[JobState::Cancelled]);
+    let live = running_pod("ns/a");
+    let holding = Member {
+        hold_if_unknown: true,
+        ..live.clone()
+    };
+    let marked = Member {
+        lost_marked: true,
+        hold_if_unknown: true,
+        ..live.clone()
+    };
+    let deleting = |m: &Member| Member {
+        deleting: true,
+        ..m.clone()
+    };
+    let stopped = |m: &Member| Member {
+        deleting: true,
+        containers_running: false,
+        ..m.clone()
+    };
+    // (me, job, want)
+    let cases: Vec<(Member, JobView, Plan)> = vec![
+        // No hold: removed as ever (a single job purged, say).
+        (
+            live.clone(),
+            JobView::Unknown(7),
+            Plan::Remove(Cause::JobUnknown),
+        ),
+        // Hold: kept and marked; marked already: the same plan (the action writes nothing).
+        (holding.clone(), JobView::Unknown(7), Plan::Hold),
+        (marked.clone(), JobView::Unknown(7), Plan::Hold),
+        // The hold covers unknown jobs only: a job Slurm reports ended still removes the pod,
+        // and a pod without a label is no state loss.
+        (
+            holding.clone(),
+            JobView::Known(&cancelled),
+            Plan::Remove(Cause::JobCancelled),
+        ),
+        (
+            holding.clone(),
+            JobView::NoLabel,
+            Plan::Remove(Cause::NoJobLabel),
+        ),
+        // The job known again: the mark goes; unmarked: nothing.
+        (marked.clone(), JobView::Known(&running), Plan::Unhold),
+        (holding.clone(), JobView::Known(&running), Plan::Keep),
+        // A marked pod whose job comes back not running goes as any such pod.
+        (
+            marked.clone(),
+            JobView::Known(&cancelled),
+            Plan::Remove(Cause::JobCancelled),
+        ),
+        // The admin accepts the loss: deleted, it waits for its containers, then its finalizer
+        // is released (no job to cancel).
+        (deleting(&marked), JobView::Unknown(7), Plan::Keep),
+        (
+            stopped(&marked),
+            JobView::Unknown(7),
+            Plan::Release {
+                cancel: None,
+                pods: vec!["ns/a".into()],
+            },
+        ),
+    ];
+    for (me, view, want) in cases {
+        assert_eq!(
+            decide(&me, &view, std::slice::from_ref(&me)),
+            want,
+            "{me:?} {view:?}"
+        );
+    }
+    // A held pod deleted while a new pod owns its old job id (Slurm counts from FirstJobId
+    // again): its view is Unknown (the job does not name it) and the new pod is not its member,
+    // so nothing of the new pod is touched.
+    let new_pod = running_pod("ns/new");
+    let gone = stopped(&marked);
+    assert_eq!(
+        decide(&gone, &JobView::Unknown(7), &[gone.clone(), new_pod]),
+        Plan::Release {
+            cancel: None,
+            pods: vec!["ns/a".into()],
+        }
+    );
+}

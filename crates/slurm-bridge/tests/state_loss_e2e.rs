@@ -1,0 +1,321 @@
+//! Slurm losing its state, end to end on real Slurm and the real control plane: slurmctld
+//! stopped, its StateSaveLocation emptied and started again under 10 running pods. The pods are
+//! not removed: each is marked `SlurmJobLost` with a Warning Event, the controllers' gauge says
+//! hold, and the Slurm nodes under them are drained with the bridge's reason (the external
+//! nodes, gone with the state, are registered again drained). A pod submitted meanwhile lands
+//! on no drained node. The documented recovery (delete the held pods) releases them, lifts the
+//! drains and leaves the lifecycle invariants holding.
+
+mod e2e;
+
+use e2e::controllers::Controllers;
+use e2e::{Env, node_of, sleeper};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
+use slurm_bridge::controllers::node::drain::REASON_MARK;
+use slurm_bridge::controllers::state_loss::{CONDITION, REASON_HELD};
+use slurm_rest::models::NodeState;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+const PODS: usize = 10;
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The pod's `SlurmJobLost` condition, as (status, reason, message).
+fn lost_condition(p: &Pod) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// A pod sleeping for ever on 1 CPU, sharing nodes (bridge jobs are exclusive by default).
+fn sharing_sleeper(name: &str) -> serde_json::Value {
+    let mut v = sleeper(name, "infinity", 1);
+    v["metadata"]["annotations"]["slurmjob.slinky.slurm.net/exclusive"] = "false".into();
+    v
+}
+
+fn held(p: &Pod) -> bool {
+    lost_condition(p).is_some_and(|c| c.0 == "True")
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Slurm node name -> (drained, reason), for the nodes Slurm lists.
+async fn slurm_nodes(env: &Env) -> BTreeMap<String, (bool, Option<String>)> {
+    env.rest
+        .nodes()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| {
+            let drained = n.has_state(&NodeState::Drain) && !n.has_state(&NodeState::Undrain);
+            (n.name.clone(), (drained, n.reason.clone()))
+        })
+        .collect()
+}
+
+/// Waits until `check` holds for the pods named `names` (as listed now).
+async fn wait_pods(
+    env: &Env,
+    names: &BTreeSet<String>,
+    what: &str,
+    check: impl Fn(&[Pod]) -> bool,
+) -> Vec<Pod> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let pods: Vec<Pod> = env
+            .pods()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| names.contains(&p.name_any()))
+            .collect();
+        if check(&pods) {
+            return pods;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {WAIT:?}; pods: {:?}",
+            pods.iter()
+                .map(|p| (p.name_any(), lost_condition(p), e2e::describe(p)))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
+    // The nodes name their partition, so the external nodes the node controller registers
+    // again after the loss are in it (slurm-testenv made them with the feature).
+    let mut env = Env::start_configured(3, |o| {
+        for n in &mut o.nodes {
+            n.annotations.insert(
+                slurm_bridge::wellknown::ANNOTATION_EXTERNAL_NODE_PARTITIONS.into(),
+                "slurm-bridge".into(),
+            );
+        }
+    })
+    .await;
+    env.start_scheduler().await;
+    let controllers = Controllers::start(&env, |o| {
+        // The pods are bound seconds before the loss: counted at once.
+        o.state_loss.settle = Duration::from_secs(1);
+    })
+    .await;
+
+    let names: Vec<String> = (0..PODS).map(|i| format!("train-{i}")).collect();
+    for n in &names {
+        env.create_pod(sharing_sleeper(n)).await;
+    }
+    let name_set: BTreeSet<String> = names.iter().cloned().collect();
+    env.wait_bound(&names, Duration::from_secs(60)).await;
+    let before = wait_pods(&env, &name_set, "every pod Running", |ps| {
+        ps.len() == PODS && ps.iter().all(running)
+    })
+    .await;
+    let uids: BTreeMap<String, String> = before
+        .iter()
+        .map(|p| (p.name_any(), p.uid().unwrap()))
+        .collect();
+    let nodes_in_use: BTreeSet<String> = before.iter().map(node_of).collect();
+    assert_eq!(controllers.handle.state_loss.gauges(), (0, 0));
+    let jobs_before = env.active_job_ids();
+    assert_eq!(jobs_before.len(), PODS, "one job per pod: {jobs_before:?}");
+
+    // slurmctld loses its state: stopped, StateSaveLocation emptied, started again.
+    let slurm = env.slurm.clone();
+    tokio::task::spawn_blocking(move || slurm.restart_slurmctld_with_state_lost())
+        .await
+        .unwrap()
+        .expect("slurmctld restarted without its state");
+    let lost_at = Instant::now();
+    assert!(
+        env.active_job_ids().is_empty(),
+        "Slurm knows no job after losing its state"
+    );
+
+    // Every pod is held: condition, Event, gauge; none removed.
+    let held_pods = wait_pods(&env, &name_set, "every pod marked SlurmJobLost", |ps| {
+        ps.len() == PODS && ps.iter().all(held)
+    })
+    .await;
+    eprintln!(
+        "all {PODS} pods marked {CONDITION} {:?} after slurmctld came back",
+        lost_at.elapsed()
+    );
+    for p in &held_pods {
+        assert_eq!(
+            uids.get(&p.name_any()),
+            p.uid().as_ref(),
+            "{} recreated",
+            p.name_any()
+        );
+        assert!(
+            p.metadata.deletion_timestamp.is_none(),
+            "{} deleted",
+            p.name_any()
+        );
+        assert!(
+            e2e::controllers::disruption(p).is_none(),
+            "{} marked for removal",
+            p.name_any()
+        );
+        let (_, reason, message) = lost_condition(p).unwrap();
+        assert_eq!(reason, REASON_HELD);
+        let job = p.labels()[slurm_bridge::wellknown::LABEL_SLURM_JOBID].clone();
+        assert!(
+            message.contains(&format!("job {job}"))
+                && message.contains(&format!("{PODS} of {PODS} bound pods' jobs are unknown")),
+            "{message}"
+        );
+        let events = env.event_reasons(&p.name_any()).await;
+        assert_eq!(
+            events.iter().filter(|(r, _)| r == REASON_HELD).count(),
+            1,
+            "one {REASON_HELD} Event on {}: {events:?}",
+            p.name_any()
+        );
+    }
+    let deadline = Instant::now() + WAIT;
+    while controllers.handle.state_loss.gauges() != (1, PODS as i64) {
+        assert!(
+            Instant::now() < deadline,
+            "gauges {:?}",
+            controllers.handle.state_loss.gauges()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The Slurm nodes under them (gone with the state, registered again) are drained with the
+    // bridge's reason; the others are not.
+    let slurm_names = env.slurm_names().await;
+    let drained_nodes: BTreeSet<String> = nodes_in_use
+        .iter()
+        .map(|n| slurm_names.get(n).cloned().unwrap_or_else(|| n.clone()))
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    let listing = loop {
+        let listing = slurm_nodes(&env).await;
+        let all_drained = drained_nodes.iter().all(|n| {
+            listing.get(n).is_some_and(|(d, r)| {
+                *d && r.as_deref().is_some_and(|r| {
+                    r.starts_with(REASON_MARK) && r.contains("Slurm lost the jobs")
+                })
+            })
+        });
+        if all_drained && listing.len() == slurm_names.len() {
+            break listing;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes {drained_nodes:?} drained by the bridge within {WAIT:?}: {listing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "Slurm nodes {drained_nodes:?} drained {:?} after slurmctld came back: {listing:?}",
+        lost_at.elapsed()
+    );
+    for (name, (drained, _)) in &listing {
+        if !drained_nodes.contains(name) {
+            assert!(!drained, "node {name} hosts no held pod but is drained");
+        }
+    }
+
+    // A pod submitted now lands on no drained node; with every node drained it waits.
+    env.create_pod(sharing_sleeper("newcomer")).await;
+    let free: Vec<&String> = slurm_names
+        .iter()
+        .filter(|(_, s)| !drained_nodes.contains(*s))
+        .map(|(k, _)| k)
+        .collect();
+    if free.is_empty() {
+        // Its job waits in Slurm, and the pod is not bound.
+        let deadline = Instant::now() + WAIT;
+        let job = loop {
+            let active = env.active_job_ids();
+            if let [id] = active.as_slice()
+                && e2e::job_field(&env, id, "JobState") == "PENDING"
+            {
+                break *id;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the newcomer's job pending: {active:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let p = env.pods().get("newcomer").await.unwrap();
+        assert!(node_of(&p).is_empty(), "newcomer bound to a drained node");
+        eprintln!("every node drained: the new pod's job {job} waits in Slurm");
+    } else {
+        let p = env
+            .wait_bound(&["newcomer".to_string()], Duration::from_secs(60))
+            .await
+            .remove(0);
+        assert!(
+            free.contains(&&node_of(&p)),
+            "newcomer bound to {} (drained: {drained_nodes:?})",
+            node_of(&p)
+        );
+        eprintln!(
+            "the new pod went to {} (job {}), not to a drained node",
+            node_of(&p),
+            e2e::job_id_of(&p)
+        );
+    }
+    // Still held, none removed, while Slurm knows none of their jobs (the newcomer's job may
+    // carry an old pod's id: it does not name the old pod, so it is not that pod's).
+    let still = wait_pods(&env, &name_set, "the pods still held", |ps| {
+        ps.len() == PODS && ps.iter().all(|p| held(p) && running(p))
+    })
+    .await;
+    assert_eq!(still.len(), PODS);
+
+    // The recovery: the admin accepts the loss and deletes the held pods.
+    for p in &held_pods {
+        env.pods()
+            .delete(&p.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_pods(&env, &name_set, "the held pods gone", |ps| ps.is_empty()).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listing = slurm_nodes(&env).await;
+        let undrained = drained_nodes
+            .iter()
+            .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
+        if undrained && controllers.handle.state_loss.gauges() == (0, 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "drains lifted and gauges 0 within {WAIT:?}: {listing:?} {:?}",
+            controllers.handle.state_loss.gauges()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("after the recovery: drains lifted, hold over");
+    env.wait_bound(&["newcomer".to_string()], Duration::from_secs(60))
+        .await;
+    env.assert_invariants().await;
+    controllers.stop().await;
+}
