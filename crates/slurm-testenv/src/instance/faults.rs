@@ -61,6 +61,35 @@ impl Instance {
     /// the slurmd daemons stay up and reconnect.
     pub fn restart_slurmctld_with_state_lost(&self) -> Result<()> {
         self.stop_slurmctld();
+        self.empty_state_dir()?;
+        self.spawn_slurmctld()
+    }
+
+    /// Stops slurmctld as [`Instance::restart_slurmctld`] does, replaces its StateSaveLocation
+    /// with a copy of `saved` (a copy of [`Instance::state_dir`] taken earlier: a backup
+    /// restored) and starts it again on that state.
+    pub fn restart_slurmctld_with_state_from(&self, saved: &std::path::Path) -> Result<()> {
+        self.stop_slurmctld();
+        self.empty_state_dir()?;
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(saved.join("."))
+            .arg(self.state_dir())
+            .status()
+            .map_err(Error::io("copy the saved state"))?;
+        if !status.success() {
+            return Err(Error::io("copy the saved state")(std::io::Error::other(
+                format!(
+                    "cp -a {} {}: {status}",
+                    saved.display(),
+                    self.state_dir().display()
+                ),
+            )));
+        }
+        self.spawn_slurmctld()
+    }
+
+    fn empty_state_dir(&self) -> Result<()> {
         let dir = self.state_dir();
         let entries = std::fs::read_dir(&dir).map_err(Error::io("read the state folder"))?;
         for entry in entries {
@@ -72,7 +101,7 @@ impl Instance {
             };
             removed.map_err(Error::io("empty the state folder"))?;
         }
-        self.spawn_slurmctld()
+        Ok(())
     }
 
     /// The host folder slurmctld saves its state in (slurm.conf `StateSaveLocation`).
