@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use slurm_bridge::controllers::node::drain::REASON_MARK;
-use slurm_bridge::controllers::state_loss::{CONDITION, REASON_HELD};
+use slurm_bridge::controllers::state_loss::{CONDITION, REASON_FOUND, REASON_HELD};
 use slurm_rest::models::NodeState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -100,8 +100,19 @@ async fn wait_pods(
     }
 }
 
-#[tokio::test]
-async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
+/// What every test starts from.
+struct Running {
+    env: Env,
+    controllers: Controllers,
+    names: BTreeSet<String>,
+    uids: BTreeMap<String, String>,
+    /// The Slurm nodes the pods run on.
+    slurm_nodes_in_use: BTreeSet<String>,
+}
+
+/// Real Slurm with 3 external nodes, the control plane, the scheduler and the controllers, and
+/// `PODS` pods running (sharing nodes).
+async fn start_running() -> Running {
     // The nodes name their partition, so the external nodes the node controller registers
     // again after the loss are in it (slurm-testenv made them with the feature).
     let mut env = Env::start_configured(3, |o| {
@@ -138,8 +149,26 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     assert_eq!(controllers.handle.state_loss.gauges(), (0, 0));
     let jobs_before = env.active_job_ids();
     assert_eq!(jobs_before.len(), PODS, "one job per pod: {jobs_before:?}");
+    let slurm_names = env.slurm_names().await;
+    let slurm_nodes_in_use = nodes_in_use
+        .iter()
+        .map(|n| slurm_names.get(n).cloned().unwrap_or_else(|| n.clone()))
+        .collect();
+    Running {
+        env,
+        controllers,
+        names: name_set,
+        uids,
+        slurm_nodes_in_use,
+    }
+}
 
-    // slurmctld loses its state: stopped, StateSaveLocation emptied, started again.
+/// Loses slurmctld's state (stopped, StateSaveLocation emptied, started again) and waits until
+/// every pod is held and the Slurm nodes under them are drained by the bridge; checks the
+/// conditions, the Events, the gauges and that no pod was removed. Returns the held pods and
+/// the Slurm listing.
+async fn lose_state(r: &Running) -> (Vec<Pod>, BTreeMap<String, (bool, Option<String>)>) {
+    let (env, controllers, name_set, uids) = (&r.env, &r.controllers, &r.names, &r.uids);
     let slurm = env.slurm.clone();
     tokio::task::spawn_blocking(move || slurm.restart_slurmctld_with_state_lost())
         .await
@@ -152,7 +181,7 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     );
 
     // Every pod is held: condition, Event, gauge; none removed.
-    let held_pods = wait_pods(&env, &name_set, "every pod marked SlurmJobLost", |ps| {
+    let held_pods = wait_pods(env, name_set, "every pod marked SlurmJobLost", |ps| {
         ps.len() == PODS && ps.iter().all(held)
     })
     .await;
@@ -206,13 +235,10 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     // The Slurm nodes under them (gone with the state, registered again) are drained with the
     // bridge's reason; the others are not.
     let slurm_names = env.slurm_names().await;
-    let drained_nodes: BTreeSet<String> = nodes_in_use
-        .iter()
-        .map(|n| slurm_names.get(n).cloned().unwrap_or_else(|| n.clone()))
-        .collect();
+    let drained_nodes = &r.slurm_nodes_in_use;
     let deadline = Instant::now() + WAIT;
     let listing = loop {
-        let listing = slurm_nodes(&env).await;
+        let listing = slurm_nodes(env).await;
         let all_drained = drained_nodes.iter().all(|n| {
             listing.get(n).is_some_and(|(d, r)| {
                 *d && r.as_deref().is_some_and(|r| {
@@ -238,6 +264,16 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
             assert!(!drained, "node {name} hosts no held pod but is drained");
         }
     }
+    (held_pods, listing)
+}
+
+#[tokio::test]
+async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
+    let r = start_running().await;
+    let (held_pods, _) = lose_state(&r).await;
+    let (env, controllers, name_set) = (&r.env, &r.controllers, &r.names);
+    let drained_nodes = &r.slurm_nodes_in_use;
+    let slurm_names = env.slurm_names().await;
 
     // A pod submitted now lands on no drained node; with every node drained it waits.
     env.create_pod(sharing_sleeper("newcomer")).await;
@@ -252,7 +288,7 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
         let job = loop {
             let active = env.active_job_ids();
             if let [id] = active.as_slice()
-                && e2e::job_field(&env, id, "JobState") == "PENDING"
+                && e2e::job_field(env, id, "JobState") == "PENDING"
             {
                 break *id;
             }
@@ -283,7 +319,7 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     }
     // Still held, none removed, while Slurm knows none of their jobs (the newcomer's job may
     // carry an old pod's id: it does not name the old pod, so it is not that pod's).
-    let still = wait_pods(&env, &name_set, "the pods still held", |ps| {
+    let still = wait_pods(env, name_set, "the pods still held", |ps| {
         ps.len() == PODS && ps.iter().all(|p| held(p) && running(p))
     })
     .await;
@@ -296,10 +332,10 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
             .await
             .unwrap();
     }
-    wait_pods(&env, &name_set, "the held pods gone", |ps| ps.is_empty()).await;
+    wait_pods(env, name_set, "the held pods gone", |ps| ps.is_empty()).await;
     let deadline = Instant::now() + WAIT;
     loop {
-        let listing = slurm_nodes(&env).await;
+        let listing = slurm_nodes(env).await;
         let undrained = drained_nodes
             .iter()
             .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
@@ -317,5 +353,90 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     env.wait_bound(&["newcomer".to_string()], Duration::from_secs(60))
         .await;
     env.assert_invariants().await;
-    controllers.stop().await;
+    r.controllers.stop().await;
+}
+
+/// Slurm's state restored from a backup: the jobs are known again, each pod's mark is lifted
+/// (`SlurmJobFound`), no pod was removed, and the hold ends by itself.
+#[tokio::test]
+async fn slurms_state_restored_ends_the_hold_by_itself() {
+    let r = start_running().await;
+    let (env, controllers, name_set, uids) = (&r.env, &r.controllers, &r.names, &r.uids);
+    // A backup of the state: slurmctld restarted cleanly (it saves its state on the way out),
+    // then its StateSaveLocation copied.
+    let backup = e2e::temp_dir("slurm-state-backup");
+    {
+        let slurm = env.slurm.clone();
+        let backup = backup.clone();
+        tokio::task::spawn_blocking(move || {
+            slurm.restart_slurmctld().expect("slurmctld restarted");
+            let status = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(slurm.state_dir().join("."))
+                .arg(&backup)
+                .status()
+                .unwrap();
+            assert!(status.success(), "cp -a of the state: {status}");
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        env.active_job_ids().len(),
+        PODS,
+        "a clean restart keeps the jobs"
+    );
+
+    lose_state(&r).await;
+
+    // The backup restored.
+    let slurm = env.slurm.clone();
+    let saved = backup.clone();
+    tokio::task::spawn_blocking(move || slurm.restart_slurmctld_with_state_from(&saved))
+        .await
+        .unwrap()
+        .expect("slurmctld restarted on the restored state");
+    let restored_at = Instant::now();
+    let pods = wait_pods(env, name_set, "every pod's mark lifted", |ps| {
+        ps.len() == PODS
+            && ps
+                .iter()
+                .all(|p| lost_condition(p).is_some_and(|c| c.0 == "False" && c.1 == REASON_FOUND))
+    })
+    .await;
+    eprintln!(
+        "every mark lifted {:?} after slurmctld came back on the restored state",
+        restored_at.elapsed()
+    );
+    for p in &pods {
+        assert_eq!(
+            uids.get(&p.name_any()),
+            p.uid().as_ref(),
+            "{} recreated",
+            p.name_any()
+        );
+        assert!(running(p) && p.metadata.deletion_timestamp.is_none());
+        assert!(e2e::controllers::disruption(p).is_none());
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listing = slurm_nodes(env).await;
+        let undrained = r
+            .slurm_nodes_in_use
+            .iter()
+            .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
+        if undrained && controllers.handle.state_loss.gauges() == (0, 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no drain and gauges 0 within {WAIT:?}: {listing:?} {:?}",
+            controllers.handle.state_loss.gauges()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(env.active_job_ids().len(), PODS, "the jobs are back");
+    env.assert_invariants().await;
+    let _ = std::fs::remove_dir_all(&backup);
+    r.controllers.stop().await;
 }
