@@ -12,7 +12,7 @@ use e2e::controllers::Controllers;
 use e2e::{Env, node_of, sleeper};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use slurm_bridge::controllers::node::drain::REASON_MARK;
 use slurm_bridge::controllers::state_loss::{CONDITION, REASON_FOUND, REASON_HELD};
 use slurm_rest::models::NodeState;
@@ -125,11 +125,7 @@ async fn start_running() -> Running {
     })
     .await;
     env.start_scheduler().await;
-    let controllers = Controllers::start(&env, |o| {
-        // The pods are bound seconds before the loss: counted at once.
-        o.state_loss.settle = Duration::from_secs(1);
-    })
-    .await;
+    let controllers = Controllers::start(&env, |_| {}).await;
 
     let names: Vec<String> = (0..PODS).map(|i| format!("train-{i}")).collect();
     for n in &names {
@@ -147,6 +143,14 @@ async fn start_running() -> Running {
         .collect();
     let nodes_in_use: BTreeSet<String> = before.iter().map(node_of).collect();
     assert_eq!(controllers.handle.state_loss.gauges(), (0, 0));
+    // The census counts a pod once the job watcher has listed Slurm's jobs since it was bound
+    // (a pod bound just now may have a job the index does not hold yet): wait until it counts
+    // them all.
+    let deadline = Instant::now() + WAIT;
+    while controllers.handle.state_loss.census().counted < PODS {
+        assert!(Instant::now() < deadline, "the census counts every pod");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let jobs_before = env.active_job_ids();
     assert_eq!(jobs_before.len(), PODS, "one job per pod: {jobs_before:?}");
     let slurm_names = env.slurm_names().await;
@@ -325,13 +329,31 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
     .await;
     assert_eq!(still.len(), PODS);
 
-    // The recovery: the admin accepts the loss and deletes the held pods.
-    for p in &held_pods {
+    // The recovery: the admin accepts the loss and deletes the held pods
+    // (`slurm-bridge release-lost`; `--dry-run` first lists them).
+    let listed = slurm_bridge::cli::release_lost::release_lost(&env.kube, &[], true)
+        .await
+        .unwrap();
+    let listed: BTreeSet<String> = listed.into_iter().map(|h| h.key).collect();
+    let want: BTreeSet<String> = held_pods
+        .iter()
+        .map(|p| format!("{}/{}", e2e::NS, p.name_any()))
+        .collect();
+    assert_eq!(listed, want, "release-lost --dry-run lists the held pods");
+    assert_eq!(
         env.pods()
-            .delete(&p.name_any(), &DeleteParams::default())
+            .list(&ListParams::default())
             .await
-            .unwrap();
-    }
+            .unwrap()
+            .items
+            .len(),
+        PODS + 1,
+        "--dry-run deletes nothing"
+    );
+    let deleted = slurm_bridge::cli::release_lost::release_lost(&env.kube, &[], false)
+        .await
+        .unwrap();
+    assert_eq!(deleted.len(), PODS);
     wait_pods(env, name_set, "the held pods gone", |ps| ps.is_empty()).await;
     let deadline = Instant::now() + WAIT;
     loop {

@@ -5,6 +5,7 @@ pub mod controllers;
 pub mod node_agent;
 pub mod process;
 pub mod release_finalizers;
+pub mod release_lost;
 pub mod run;
 pub mod scheduler;
 pub mod status;
@@ -52,6 +53,10 @@ pub enum Command {
     /// the bridge's finalizer from every pod, cancels the Slurm jobs of finished pods, and
     /// prints the jobs of running pods it leaves running (docs/operations.md, "Uninstalling").
     ReleaseFinalizers(release_finalizers::ReleaseFinalizersArgs),
+    /// When Slurm lost its state and the admin accepts the loss: prints the pods the
+    /// controllers hold for jobs Slurm lost (condition SlurmJobLost) and deletes them, so their
+    /// owners recreate them as new jobs (docs/controllers.md, "Slurm losing its state").
+    ReleaseLost(release_lost::ReleaseLostArgs),
     /// On a hybrid node: the containerd NRI plugin that pins each container of a pod the bridge
     /// bound to the CPUs Slurm gave its job on this node (docs/hybrid.md).
     NodeAgent(node_agent::NodeAgentArgs),
@@ -104,6 +109,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => Box::pin(run::run(cfg, args)),
             Command::Status(args) => Box::pin(status::run(cfg, args)),
             Command::ReleaseFinalizers(args) => Box::pin(release_finalizers::run(cfg, args)),
+            Command::ReleaseLost(args) => Box::pin(release_lost::run(args)),
             Command::NodeAgent(args) => Box::pin(node_agent::run(cfg, args)),
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };

@@ -6,7 +6,8 @@
 //! bridge at once, training runs included. So, over the controllers' caches (no memory of its
 //! own, so a restarted controller decides the same):
 //! - the *census* looks at the bound, live (not finished, not being deleted) bridge pods bound
-//!   for longer than [`StateLossOptions::settle`], and counts those whose labelled job the job
+//!   before the job watcher's last clean listing started ([`BIND_SLACK`]), and counts those
+//!   whose labelled job the job
 //!   watcher's index does not hold, or holds without naming the pod with its uid (after a loss
 //!   Slurm hands out job ids from FirstJobId again: a new job may carry an old pod's id);
 //! - when that count is at least [`StateLossOptions::min_pods`] and at least
@@ -51,9 +52,6 @@ pub struct StateLossOptions {
     /// Share of the counted pods whose jobs must be unknown for a hold
     /// (`--state-loss-min-share`, 0.0 to 1.0).
     pub min_share: f64,
-    /// Pods bound for less than this are not counted: in split mode the controllers' job index
-    /// may not hold a job the scheduler just submitted (one poll interval).
-    pub settle: Duration,
 }
 
 impl Default for StateLossOptions {
@@ -61,7 +59,6 @@ impl Default for StateLossOptions {
         StateLossOptions {
             min_pods: 3,
             min_share: 0.5,
-            settle: Duration::from_secs(30),
         }
     }
 }
@@ -76,7 +73,8 @@ pub struct PodFact {
     pub job_id: u32,
     /// Slurm (the watcher's index) holds the job and the job names this pod with its uid.
     pub job_known: bool,
-    /// Bound for longer than [`StateLossOptions::settle`].
+    /// Bound before the job watcher's last clean listing started (with [`BIND_SLACK`]): the
+    /// index would hold its job if Slurm did.
     pub settled: bool,
     /// Carries `SlurmJobLost=True` already.
     pub marked: bool,
@@ -201,6 +199,9 @@ pub trait KnownJobs: Send + Sync {
     fn synced(&self) -> bool;
     /// The index holds bridge job `job_id` and it names pod `key` with `uid`.
     fn names(&self, job_id: u32, key: &str, uid: Option<&str>) -> bool;
+    /// A listing that started at `t` or later (any listing: `None`) read every job without an
+    /// error.
+    fn listed_since(&self, t: Option<tokio::time::Instant>) -> bool;
 }
 
 impl<S: SlurmJobs> KnownJobs for JobWatcher<S> {
@@ -213,13 +214,42 @@ impl<S: SlurmJobs> KnownJobs for JobWatcher<S> {
             .get(job_id)
             .is_some_and(|j| j.comment.names_pod(key, uid))
     }
+
+    fn listed_since(&self, t: Option<tokio::time::Instant>) -> bool {
+        match t {
+            Some(t) => self.has_listed_since(t),
+            // The first listing is a clean one.
+            None => self.is_synced(),
+        }
+    }
+}
+
+/// Added to a pod's bind time before asking whether the watcher has listed Slurm's jobs since:
+/// the API server's times have a resolution of a second, and its clock and this one may differ
+/// a little.
+pub const BIND_SLACK: Duration = Duration::from_secs(2);
+
+/// Whether the job watcher has listed Slurm's jobs cleanly since a pod bound `age` ago was bound
+/// (the scheduler submits a job before it binds its pods, so the listing would hold it). In
+/// split mode the controllers' index learns a job the scheduler just submitted only at its next
+/// poll: until then the pod is not counted.
+fn listed_since_bound(jobs: &dyn KnownJobs, age: Option<Duration>) -> bool {
+    let now = tokio::time::Instant::now();
+    let since = match age {
+        // Bound less than the slack ago: only a listing started later counts.
+        Some(age) if age < BIND_SLACK => Some(now + (BIND_SLACK - age)),
+        // Bound before this host's monotonic clock began (None): any listing counts.
+        Some(age) => now.checked_sub(age - BIND_SLACK),
+        // No bind time: a pod bound long ago.
+        None => None,
+    };
+    jobs.listed_since(since)
 }
 
 /// The facts of the cached pods (bound, live, labelled) at `now`.
 pub fn facts(
     pods: &[Arc<Pod>],
     jobs: &dyn KnownJobs,
-    settle: Duration,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Vec<PodFact> {
     pods.iter()
@@ -228,9 +258,9 @@ pub fn facts(
             let node = crate::k8s::bound_node(p)?;
             let job_id = jobid_label(p).and_then(parse_job_id)?;
             let key = pod_key(p);
-            let settled = bound_at(p).is_none_or(|t| {
-                Duration::try_from(now.duration_since(t)).unwrap_or_default() >= settle
-            });
+            let age =
+                bound_at(p).map(|t| Duration::try_from(now.duration_since(t)).unwrap_or_default());
+            let settled = listed_since_bound(jobs, age);
             Some(PodFact {
                 job_known: jobs.names(job_id, &key, p.metadata.uid.as_deref()),
                 key,
@@ -322,12 +352,7 @@ impl StateLoss {
     pub fn census(&self) -> Arc<Census> {
         let census = if self.jobs.synced() {
             let pods = self.pods.state();
-            let facts = facts(
-                &pods,
-                &*self.jobs,
-                self.opts.settle,
-                k8s_openapi::jiff::Timestamp::now(),
-            );
+            let facts = facts(&pods, &*self.jobs, k8s_openapi::jiff::Timestamp::now());
             census(&facts, &self.opts)
         } else {
             Census::default()
@@ -500,6 +525,51 @@ mod tests {
             let c = census(&facts, &opts);
             assert_eq!((c.threshold_met, keys(&c)), (met, held), "{facts:?}");
         }
+    }
+
+    /// A job index listed cleanly at `at`.
+    struct Listed(Option<tokio::time::Instant>);
+
+    impl KnownJobs for Listed {
+        fn synced(&self) -> bool {
+            self.0.is_some()
+        }
+        fn names(&self, _: u32, _: &str, _: Option<&str>) -> bool {
+            false
+        }
+        fn listed_since(&self, t: Option<tokio::time::Instant>) -> bool {
+            match t {
+                Some(t) => self.0.is_some_and(|at| at >= t),
+                None => self.synced(),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_counts_once_the_watcher_has_listed_since_it_was_bound() {
+        tokio::time::advance(Duration::from_secs(100)).await;
+        let now = tokio::time::Instant::now();
+        let listed = Listed(Some(now - Duration::from_secs(1)));
+        // Bound 10 s ago: the listing 1 s ago started after it (and the slack).
+        assert!(listed_since_bound(&listed, Some(Duration::from_secs(10))));
+        // Bound 2.5 s ago: within the slack of the listing, not counted yet.
+        assert!(!listed_since_bound(
+            &listed,
+            Some(Duration::from_millis(2500))
+        ));
+        // Bound just now: not counted.
+        assert!(!listed_since_bound(&listed, Some(Duration::ZERO)));
+        // No bind time, or bound before the monotonic clock began: any listing counts.
+        assert!(listed_since_bound(&listed, None));
+        assert!(listed_since_bound(
+            &listed,
+            Some(Duration::from_secs(1 << 40))
+        ));
+        // Never listed: nothing counts.
+        assert!(!listed_since_bound(
+            &Listed(None),
+            Some(Duration::from_secs(10))
+        ));
     }
 
     #[test]
