@@ -26,7 +26,7 @@ pub use invariants::job_field;
 #[allow(unused_imports)]
 pub use objects::{
     allocated, claim_name, describe, is_terminal, job_id_of, node_name_is_set, node_of, pod,
-    scheduled_condition, sleeper,
+    scheduled_condition, sleeper, terminated,
 };
 #[allow(unused_imports)]
 pub use process::{free_port, spawn_run, temp_dir, terminate, write_config};

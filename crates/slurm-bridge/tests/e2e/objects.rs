@@ -120,3 +120,18 @@ pub fn allocated(
         .map(|r| (r.driver, r.pool, r.device))
         .collect()
 }
+
+/// The first container's terminated state: (exit code, reason).
+pub fn terminated(p: &Pod) -> Option<(i32, String)> {
+    let s = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    Some((s.exit_code, s.reason.clone().unwrap_or_default()))
+}

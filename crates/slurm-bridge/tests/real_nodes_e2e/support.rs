@@ -84,20 +84,7 @@ pub fn has_finalizer(p: &Pod) -> bool {
     p.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// The first container's terminated state: (exit code, reason).
-pub fn terminated(p: &Pod) -> Option<(i32, String)> {
-    let s = p
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?;
-    Some((s.exit_code, s.reason.clone().unwrap_or_default()))
-}
+pub use crate::e2e::terminated;
 
 /// True once the first container has started and not yet stopped.
 pub fn container_running(p: &Pod) -> bool {

@@ -2,27 +2,13 @@
 //! over its `--mem` ends OUT_OF_MEMORY while the pod beside it runs on; a pod's job asks Slurm
 //! the memory of the pod's limits, and a pod that sets none the configured default per CPU.
 
-use crate::e2e::{job_field, job_id_of, wait_some};
+use crate::e2e::{job_field, job_id_of, terminated, wait_some};
 use crate::support::{NodeAgent, WAIT, pod, sbatch, start, wait_output};
 use kube::api::DeleteParams;
 use serde_json::json;
 
 /// Grows one line of zero bytes until killed: busybox `tail` keeps the last line whole.
 const HOG: &str = "head -c 400m /dev/zero | tail";
-
-fn terminated(p: &k8s_openapi::api::core::v1::Pod) -> Option<(i32, String)> {
-    let s = p
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?;
-    Some((s.exit_code, s.reason.clone().unwrap_or_default()))
-}
 
 fn restarts(p: &k8s_openapi::api::core::v1::Pod) -> i32 {
     p.status
