@@ -414,9 +414,10 @@ impl StateLoss {
         }
     }
 
-    /// Takes a census every `every` until `stop` completes: the metrics follow and the node
-    /// controller is told when the held pods change (a pod deleted, a job known again) even
-    /// when no pod pass runs.
+    /// Takes a census every `every` until `stop` completes (the end of a term of leadership):
+    /// the metrics follow and the node controller is told when the held pods change (a pod
+    /// deleted, a job known again) even when no pod pass runs. The gauges go back to 0 when it
+    /// stops, so a replica that no longer leads does not keep an alert firing.
     pub async fn run(
         self: Arc<Self>,
         every: Duration,
@@ -432,6 +433,10 @@ impl StateLoss {
             _ = tick => {}
             _ = stop => {}
         }
+        // Only the leader's census counts: a replica that stops leading shows no hold.
+        self.gauges.holding.set(0);
+        self.gauges.held.set(0);
+        *self.last.locked() = None;
     }
 }
 
