@@ -110,20 +110,24 @@ struct Running {
     slurm_nodes_in_use: BTreeSet<String>,
 }
 
-/// Real Slurm with 3 external nodes, the control plane, the scheduler and the controllers, and
-/// `PODS` pods running (sharing nodes).
-async fn start_running() -> Running {
+/// Real Slurm with 3 external nodes (hybrid: 2 nodes run by slurmd), the control plane, the
+/// scheduler and the controllers, and `PODS` pods running (sharing nodes).
+async fn start_running(hybrid: bool) -> Running {
     // The nodes name their partition, so the external nodes the node controller registers
     // again after the loss are in it (slurm-testenv made them with the feature).
-    let mut env = Env::start_configured(3, |o| {
-        for n in &mut o.nodes {
-            n.annotations.insert(
-                slurm_bridge::wellknown::ANNOTATION_EXTERNAL_NODE_PARTITIONS.into(),
-                "slurm-bridge".into(),
-            );
-        }
-    })
-    .await;
+    let mut env = if hybrid {
+        Env::start_hybrid(2, Default::default(), |_| {}).await
+    } else {
+        Env::start_configured(3, |o| {
+            for n in &mut o.nodes {
+                n.annotations.insert(
+                    slurm_bridge::wellknown::ANNOTATION_EXTERNAL_NODE_PARTITIONS.into(),
+                    "slurm-bridge".into(),
+                );
+            }
+        })
+        .await
+    };
     env.start_scheduler().await;
     let controllers = Controllers::start(&env, |_| {}).await;
 
@@ -273,7 +277,17 @@ async fn lose_state(r: &Running) -> (Vec<Pod>, BTreeMap<String, (bool, Option<St
 
 #[tokio::test]
 async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
-    let r = start_running().await;
+    keeps_the_pods_and_drains_their_nodes(false).await;
+}
+
+/// The same on hybrid nodes (Slurm nodes run by slurmd, which slurm.conf keeps across the loss).
+#[tokio::test]
+async fn on_hybrid_nodes_too() {
+    keeps_the_pods_and_drains_their_nodes(true).await;
+}
+
+async fn keeps_the_pods_and_drains_their_nodes(hybrid: bool) {
+    let r = start_running(hybrid).await;
     let (held_pods, _) = lose_state(&r).await;
     let (env, controllers, name_set) = (&r.env, &r.controllers, &r.names);
     let drained_nodes = &r.slurm_nodes_in_use;
@@ -382,7 +396,7 @@ async fn slurm_losing_its_state_keeps_the_pods_and_drains_their_nodes() {
 /// (`SlurmJobFound`), no pod was removed, and the hold ends by itself.
 #[tokio::test]
 async fn slurms_state_restored_ends_the_hold_by_itself() {
-    let r = start_running().await;
+    let r = start_running(false).await;
     let (env, controllers, name_set, uids) = (&r.env, &r.controllers, &r.names, &r.uids);
     // A backup of the state: slurmctld restarted cleanly (it saves its state on the way out),
     // then its StateSaveLocation copied.
