@@ -26,7 +26,15 @@ pub struct Agent<S> {
     topology: Topology,
     unmanaged: Unmanaged,
     prepared: Option<Prepared>,
+    /// The last CPUs each bridge pod (by uid) was pinned to, or ran on when this agent started:
+    /// a container restarting while its job cannot be confirmed (Slurm unreachable, or its
+    /// state lost and the pod held by the controllers) keeps them instead of being refused.
+    last_pins: std::sync::Mutex<HashMap<String, Pin>>,
 }
+
+/// Pods whose last pin is remembered at most; beyond, the memory starts over (a node runs far
+/// fewer pods).
+const LAST_PINS_KEPT: usize = 4096;
 
 impl<S: SlurmJobs> Agent<S> {
     /// The agent of Slurm node `slurm_node`, for the bridge of cluster `cluster`.
@@ -43,6 +51,7 @@ impl<S: SlurmJobs> Agent<S> {
             topology,
             unmanaged,
             prepared: None,
+            last_pins: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -60,14 +69,67 @@ impl<S: SlurmJobs> Agent<S> {
             None => None,
         };
         let claimed = self.prepared.as_ref().and_then(|p| p.cpus_of_pod(&pod.uid));
-        decide(
+        let decided = decide(
             pod,
             lookup.as_ref(),
             claimed.as_ref(),
             &self.slurm_node,
             &self.topology,
             &self.unmanaged,
-        )
+        );
+        match decided {
+            Pin::Cpus {
+                job_id: Some(_), ..
+            } => {
+                self.remember(&pod.uid, decided.clone());
+                decided
+            }
+            Pin::Refuse(why) => match self.last_pin(&pod.uid) {
+                Some(last) => {
+                    tracing::warn!(pod = %pod.key(), %why, "keeping the pod's last pin");
+                    last
+                }
+                None => Pin::Refuse(why),
+            },
+            other => other,
+        }
+    }
+
+    fn remember(&self, uid: &str, pin: Pin) {
+        let mut pins = self.last_pins.lock().unwrap_or_else(|p| p.into_inner());
+        if pins.len() >= LAST_PINS_KEPT && !pins.contains_key(uid) {
+            pins.clear();
+        }
+        pins.insert(uid.to_string(), pin);
+    }
+
+    fn last_pin(&self, uid: &str) -> Option<Pin> {
+        self.last_pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    /// A running container of a bridge pod whose job cannot be confirmed now: its current
+    /// cpuset stands as the pod's last pin (an agent restarted during a Slurm outage).
+    fn remember_running(&self, pod: &PodFacts, cpus: &str) {
+        if pod.job_id().is_none() || self.last_pin(&pod.uid).is_some() {
+            return;
+        }
+        if let Ok(set) = crate::resources::cpulist::parse_cpu_list(cpus)
+            && !set.is_empty()
+        {
+            let cpus: BTreeSet<i64> = set.into_iter().map(i64::from).collect();
+            self.remember(
+                &pod.uid,
+                Pin::Cpus {
+                    mems: self.topology.mems_of(&cpus),
+                    cpus,
+                    job_id: pod.job_id(),
+                },
+            );
+        }
     }
 }
 
@@ -119,9 +181,11 @@ impl<S: SlurmJobs> Handler for Agent<S> {
                 Pin::Leave { why } => {
                     tracing::debug!(pod = %facts.key(), container = %c.name, %why, "left as it is");
                 }
-                // A running container cannot be refused; it keeps its CPUs until it can be read.
+                // A running container cannot be refused; it keeps its CPUs until it can be read,
+                // and they stand as its pod's last pin meanwhile.
                 Pin::Refuse(why) => {
                     tracing::warn!(pod = %facts.key(), container = %c.name, %why, "running container not re-pinned");
+                    self.remember_running(&facts, c.cpus());
                 }
             }
         }
@@ -207,5 +271,135 @@ pub async fn serve<S: SlurmJobs>(
             }
         }
         tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::cpumap::{CpuInfo, CpuMap};
+    use crate::workload::admin_comment::AdminComment;
+    use slurm_rest::models::{JobInfo, JobState, JobStateEntry, NodeResourceLayout};
+
+    /// Slurm with at most one job, which a test can make vanish or unreachable.
+    #[derive(Default)]
+    struct OneJob {
+        job: std::sync::Mutex<Option<JobInfo>>,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl SlurmJobs for Arc<OneJob> {
+        async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+            Ok(Vec::new())
+        }
+        async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+            Ok(Vec::new())
+        }
+        async fn job(&self, _: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(slurm_rest::Error::synthetic(
+                    slurm_rest::ErrorKind::Transient,
+                    "connection refused",
+                ));
+            }
+            Ok(self.job.lock().unwrap().clone())
+        }
+        async fn job_resources(
+            &self,
+            _: u32,
+        ) -> Result<Vec<NodeResourceLayout>, slurm_rest::Error> {
+            Ok(vec![NodeResourceLayout {
+                node: "node-1".into(),
+                core_bitmap: Some("0x2".into()),
+                ..Default::default()
+            }])
+        }
+    }
+
+    fn agent(slurm: Arc<OneJob>) -> Agent<Arc<OneJob>> {
+        let topology = Topology {
+            cpus: CpuMap::new((0..2).map(|c| CpuInfo {
+                name: format!("cpu{c}"),
+                cpu_id: c,
+                core_id: c,
+                socket_id: 0,
+                core_type: 0,
+            })),
+            numa: Default::default(),
+        };
+        Agent::new(slurm, None, "node-1".into(), topology, Unmanaged::Leave)
+    }
+
+    fn pod(uid: &str) -> PodFacts {
+        PodFacts {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: uid.into(),
+            job_label: Some("7".into()),
+        }
+    }
+
+    fn running_job() -> JobInfo {
+        JobInfo {
+            job_id: 7,
+            job_state: vec![JobState::Running],
+            nodes: Some("node-1".into()),
+            admin_comment: Some(
+                AdminComment::new(Some("g".into()), [("ns/p".into(), Some("u1".into()))]).encode(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// A pod pinned once keeps its CPUs when its job can no longer be confirmed (Slurm down,
+    /// or its state lost); a pod never pinned is refused as before.
+    #[tokio::test]
+    async fn a_pinned_pod_keeps_its_last_pin_when_its_job_cannot_be_confirmed() {
+        let slurm = Arc::new(OneJob::default());
+        *slurm.job.lock().unwrap() = Some(running_job());
+        let agent = agent(slurm.clone());
+        let first = agent.pin(&pod("u1")).await;
+        assert!(
+            matches!(&first, Pin::Cpus { cpus, .. } if cpus == &BTreeSet::from([1])),
+            "{first:?}"
+        );
+
+        // Slurm's state lost: the job is gone (past the read cache's 10 s: a new reader).
+        *slurm.job.lock().unwrap() = None;
+        let fresh = agent_with_pins(&agent, slurm.clone());
+        assert_eq!(fresh.pin(&pod("u1")).await, first);
+        // Never pinned: refused.
+        assert!(matches!(fresh.pin(&pod("u2")).await, Pin::Refuse(_)));
+
+        // Slurm unreachable: the same.
+        slurm.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let fresh = agent_with_pins(&agent, slurm);
+        assert_eq!(fresh.pin(&pod("u1")).await, first);
+    }
+
+    /// An agent restarted while Slurm cannot confirm a running container's job takes the
+    /// container's current cpuset as the pod's last pin.
+    #[tokio::test]
+    async fn a_running_container_whose_job_cannot_be_read_stands_as_the_last_pin() {
+        let slurm = Arc::new(OneJob::default());
+        slurm.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let agent = agent(slurm);
+        agent.remember_running(&pod("u1"), "1");
+        assert!(matches!(
+            agent.pin(&pod("u1")).await,
+            Pin::Cpus { cpus, .. } if cpus == BTreeSet::from([1])
+        ));
+        // A pod without the bridge's label is not remembered.
+        let mut other = pod("u3");
+        other.job_label = None;
+        agent.remember_running(&other, "0-1");
+        assert!(agent.last_pin("u3").is_none());
+    }
+
+    /// A new agent (no read cache) that carries `from`'s last pins.
+    fn agent_with_pins(from: &Agent<Arc<OneJob>>, slurm: Arc<OneJob>) -> Agent<Arc<OneJob>> {
+        let a = agent(slurm);
+        *a.last_pins.lock().unwrap() = from.last_pins.lock().unwrap().clone();
+        a
     }
 }
