@@ -110,6 +110,27 @@ struct Running {
     slurm_nodes_in_use: BTreeSet<String>,
 }
 
+/// Waits until none of `nodes` carries a drain and the controllers' state-loss gauges read 0
+/// (the hold is over); panics with Slurm's node listing and the gauges after [`WAIT`].
+async fn wait_hold_over(env: &Env, controllers: &Controllers, nodes: &BTreeSet<String>) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listing = slurm_nodes(env).await;
+        let undrained = nodes
+            .iter()
+            .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
+        if undrained && controllers.handle.state_loss.gauges() == (0, 0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes {nodes:?} undrained and gauges 0 within {WAIT:?}: {listing:?} {:?}",
+            controllers.handle.state_loss.gauges()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Real Slurm with 3 external nodes (hybrid: 2 nodes run by slurmd), the control plane, the
 /// scheduler and the controllers, and `PODS` pods running (sharing nodes).
 async fn start_running(hybrid: bool) -> Running {
@@ -369,22 +390,7 @@ async fn keeps_the_pods_and_drains_their_nodes(hybrid: bool) {
         .unwrap();
     assert_eq!(deleted.len(), PODS);
     wait_pods(env, name_set, "the held pods gone", |ps| ps.is_empty()).await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let listing = slurm_nodes(env).await;
-        let undrained = drained_nodes
-            .iter()
-            .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
-        if undrained && controllers.handle.state_loss.gauges() == (0, 0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "drains lifted and gauges 0 within {WAIT:?}: {listing:?} {:?}",
-            controllers.handle.state_loss.gauges()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_hold_over(env, controllers, drained_nodes).await;
     eprintln!("after the recovery: drains lifted, hold over");
     env.wait_bound(&["newcomer".to_string()], Duration::from_secs(60))
         .await;
@@ -454,23 +460,7 @@ async fn slurms_state_restored_ends_the_hold_by_itself() {
         assert!(running(p) && p.metadata.deletion_timestamp.is_none());
         assert!(e2e::controllers::disruption(p).is_none());
     }
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let listing = slurm_nodes(env).await;
-        let undrained = r
-            .slurm_nodes_in_use
-            .iter()
-            .all(|n| listing.get(n).is_some_and(|(d, _)| !d));
-        if undrained && controllers.handle.state_loss.gauges() == (0, 0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no drain and gauges 0 within {WAIT:?}: {listing:?} {:?}",
-            controllers.handle.state_loss.gauges()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_hold_over(env, controllers, &r.slurm_nodes_in_use).await;
     assert_eq!(env.active_job_ids().len(), PODS, "the jobs are back");
     env.assert_invariants().await;
     let _ = std::fs::remove_dir_all(&backup);

@@ -237,15 +237,12 @@ async fn release_pod(
     Err(ReleaseError::Conflicts { pod: key })
 }
 
-/// One pass: lists the pods, cancels the jobs the [`plan`] says, then removes the finalizers
-/// (jobs first: a released pod may vanish, and with it what says which job was its).
-pub async fn release<S: JobControl + SlurmJobs>(
+/// Every pod in `namespaces` (empty: every namespace). A failed list names its scope
+/// (`namespace x`, `every namespace`) beside the error. `release-lost` lists the same way.
+pub(super) async fn list_pods(
     client: &kube::Client,
-    slurm: &S,
     namespaces: &[String],
-    cancel_running: bool,
-    manager: &str,
-) -> Result<Outcome, ReleaseError> {
+) -> Result<Vec<Pod>, (String, kube::Error)> {
     let mut pods = Vec::new();
     let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
         vec![None]
@@ -257,15 +254,27 @@ pub async fn release<S: JobControl + SlurmJobs>(
             None => Api::all(client.clone()),
             Some(ns) => Api::namespaced(client.clone(), ns),
         };
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|source| ReleaseError::List {
-                scope: scope.map_or("every namespace".into(), |n| format!("namespace {n}")),
-                source,
-            })?;
+        let list = api.list(&ListParams::default()).await.map_err(|source| {
+            let scope = scope.map_or("every namespace".into(), |n| format!("namespace {n}"));
+            (scope, source)
+        })?;
         pods.extend(list.items);
     }
+    Ok(pods)
+}
+
+/// One pass: lists the pods, cancels the jobs the [`plan`] says, then removes the finalizers
+/// (jobs first: a released pod may vanish, and with it what says which job was its).
+pub async fn release<S: JobControl + SlurmJobs>(
+    client: &kube::Client,
+    slurm: &S,
+    namespaces: &[String],
+    cancel_running: bool,
+    manager: &str,
+) -> Result<Outcome, ReleaseError> {
+    let pods = list_pods(client, namespaces)
+        .await
+        .map_err(|(scope, source)| ReleaseError::List { scope, source })?;
     let mut relevant = Vec::new();
     for p in pods {
         if let Some(f) = facts(&p)? {

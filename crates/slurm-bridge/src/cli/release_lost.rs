@@ -10,7 +10,7 @@ use crate::k8s::slim_pod::Pod;
 use crate::workload::ir::pod_key;
 use crate::workload::kinds::jobid_label;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 
 /// Flags of `release-lost`.
 #[derive(Debug, Clone, clap::Args)]
@@ -85,26 +85,9 @@ pub async fn release_lost(
     namespaces: &[String],
     dry_run: bool,
 ) -> Result<Vec<HeldPod>, ReleaseLostError> {
-    let mut pods = Vec::new();
-    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
-        vec![None]
-    } else {
-        namespaces.iter().map(|n| Some(n.as_str())).collect()
-    };
-    for scope in scopes {
-        let api: Api<Pod> = match scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let list =
-            api.list(&ListParams::default())
-                .await
-                .map_err(|source| ReleaseLostError::List {
-                    scope: scope.map_or("every namespace".into(), |n| format!("namespace {n}")),
-                    source,
-                })?;
-        pods.extend(list.items);
-    }
+    let pods = super::release_finalizers::list_pods(client, namespaces)
+        .await
+        .map_err(|(scope, source)| ReleaseLostError::List { scope, source })?;
     let held = held(&pods);
     if dry_run {
         return Ok(held);

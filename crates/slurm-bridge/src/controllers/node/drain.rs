@@ -144,7 +144,8 @@ mod tests {
     use super::*;
     use NodeState::*;
 
-    fn node(states: &[NodeState], reason: Option<&str>) -> SlurmNode {
+    /// A Slurm node `s1` with these states and drain reason.
+    pub(super) fn node(states: &[NodeState], reason: Option<&str>) -> SlurmNode {
         SlurmNode {
             name: "s1".into(),
             state: states.to_vec(),
@@ -314,17 +315,9 @@ mod tests {
 
 #[cfg(test)]
 mod state_loss_tests {
+    use super::tests::node;
     use super::*;
     use NodeState::*;
-
-    fn node(states: &[NodeState], reason: Option<&str>) -> SlurmNode {
-        SlurmNode {
-            name: "s1".into(),
-            state: states.to_vec(),
-            reason: reason.map(str::to_string),
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn lost_reason_names_a_few_pods() {

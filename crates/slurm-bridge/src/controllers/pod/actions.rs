@@ -111,29 +111,9 @@ pub async fn remove<S: Slurm>(
     let text = message(job, cause);
     tracing::info!(pod = %super::pod_key(pod), job_id = ?job.job_id(), reason = cause.reason(), "removing pod: {text}");
     if !is_disrupted(pod) {
-        let now = k8s_openapi::jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        // A strategic merge patch keyed by type: the other conditions stay as they are.
-        let patch = json!({"status": {"conditions": [{
-            "type": DISRUPTION_TARGET,
-            "status": "True",
-            "reason": cause.reason(),
-            "message": text,
-            "lastTransitionTime": now,
-        }]}});
-        ctx.metrics.kube_writes.inc(WRITE_DISRUPTION);
-        let params = PatchParams {
-            field_manager: Some(format!("{}-controllers", ctx.opts.scheduler_name)),
-            ..Default::default()
-        };
-        match api
-            .patch_status(&name, &params, &Patch::Strategic(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let condition = (DISRUPTION_TARGET, true, cause.reason(), text.as_str());
+        if !patch_condition(ctx, pod, condition, WRITE_DISRUPTION).await? {
+            return Ok(());
         }
         ctx.writer
             .event_for(
@@ -204,8 +184,7 @@ pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodErro
 /// `pods/status` patch of the `SlurmJobLost` condition, as counted in the write metrics.
 const WRITE_JOB_LOST: &str = "job_lost";
 
-/// Sets the pod condition `SlurmJobLost` (strategic merge keyed by type: the other conditions
-/// stay); false when the pod is gone.
+/// Sets the pod condition `SlurmJobLost`; false when the pod is gone.
 async fn set_lost_condition<S: Slurm>(
     ctx: &PodCtx<S>,
     pod: &Pod,
@@ -213,18 +192,36 @@ async fn set_lost_condition<S: Slurm>(
     reason: &str,
     message: &str,
 ) -> Result<bool, PodError> {
+    let condition = (
+        crate::controllers::state_loss::CONDITION,
+        held,
+        reason,
+        message,
+    );
+    patch_condition(ctx, pod, condition, WRITE_JOB_LOST).await
+}
+
+/// Sets one pod condition, `(type, status, reason, message)`, counted as a `write` of that
+/// kind: a strategic merge patch keyed by type, so the other conditions stay as they are.
+/// False when the pod is gone.
+async fn patch_condition<S: Slurm>(
+    ctx: &PodCtx<S>,
+    pod: &Pod,
+    (kind, status, reason, message): (&str, bool, &str, &str),
+    write: &'static str,
+) -> Result<bool, PodError> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
     let now = k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
     let patch = json!({"status": {"conditions": [{
-        "type": crate::controllers::state_loss::CONDITION,
-        "status": if held { "True" } else { "False" },
+        "type": kind,
+        "status": if status { "True" } else { "False" },
         "reason": reason,
         "message": message,
         "lastTransitionTime": now,
     }]}});
-    ctx.metrics.kube_writes.inc(WRITE_JOB_LOST);
+    ctx.metrics.kube_writes.inc(write);
     let params = PatchParams {
         field_manager: Some(format!("{}-controllers", ctx.opts.scheduler_name)),
         ..Default::default()
