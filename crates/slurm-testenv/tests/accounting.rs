@@ -2,12 +2,15 @@
 //! recorded with their account, associations and QoS limits enforced, QoS preemption, tenants'
 //! Unix users. These tests need root and run in CI.
 
+mod common;
+
+use common::{job_field, wait_for};
 use slurm_testenv::conf::{Policy, PreemptMode, PreemptType};
 use slurm_testenv::{Instance, InstanceOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn start(opts: InstanceOptions) -> Instance {
     Instance::start(InstanceOptions {
@@ -96,29 +99,6 @@ fn job_id(answer: &serde_json::Value) -> String {
         .as_u64()
         .unwrap_or_else(|| panic!("no job_id in {answer}"))
         .to_string()
-}
-
-/// `scontrol show job` field `key` of job `id`.
-fn job_field(inst: &Instance, id: &str, key: &str) -> String {
-    let text = inst.run(&["scontrol", "show", "job", id]).unwrap();
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `what` after `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match check() {
-            None => return,
-            Some(now) => last = now,
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} within {timeout:?}; last seen: {last}");
 }
 
 fn wait_job(inst: &Instance, id: &str, key: &str, value: &str) {

@@ -2,12 +2,15 @@
 //! against the real Slurm slurm-testenv builds: CPUs and memory are enforced, and nothing of an
 //! instance stays in the host's cgroup hierarchies. These tests need root and cgroup v1.
 
+mod common;
+
+use common::{job_field, submit, wait_for, wait_job_state};
 use slurm_testenv::cpus::{HostCpus, cpus_allowed_list};
 use slurm_testenv::{Instance, InstanceOptions};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn start(slurmd_nodes: u32) -> Instance {
     Instance::start(InstanceOptions {
@@ -16,42 +19,6 @@ fn start(slurmd_nodes: u32) -> Instance {
         ..Default::default()
     })
     .expect("start a Slurm instance whose slurmd use cgroups")
-}
-
-/// `scontrol show job` field `key` of job `id` (e.g. `JobState`).
-fn job_field(inst: &Instance, id: &str, key: &str) -> String {
-    let text = inst.run(&["scontrol", "show", "job", id]).unwrap();
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `what` after `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match check() {
-            None => return,
-            Some(now) => last = now,
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} within {timeout:?}; last seen: {last}");
-}
-
-fn wait_job_state(inst: &Instance, id: &str, state: &str, timeout: Duration) {
-    wait_for(&format!("job {id} {state}"), timeout, || {
-        let now = job_field(inst, id, "JobState");
-        (now != state).then_some(now)
-    });
-}
-
-fn submit(inst: &Instance, args: &[&str]) -> String {
-    let mut argv = vec!["sbatch", "--parsable"];
-    argv.extend_from_slice(args);
-    inst.run(&argv).unwrap().trim().to_string()
 }
 
 /// The `Cpus_allowed_list` a step wrote to `work/<file>`, once it has.

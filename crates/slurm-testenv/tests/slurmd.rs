@@ -1,9 +1,12 @@
 //! slurm-testenv's slurmd-run (hybrid) nodes against the real Slurm it builds: batch work runs,
 //! preemption, licenses, a lost slurmd. These tests need root and run in CI.
 
+mod common;
+
+use common::{job_field, submit, wait_for, wait_job_state};
 use slurm_testenv::conf::{Partition, Policy, PreemptMode};
 use slurm_testenv::{Daemon, Instance, InstanceOptions};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn start(slurmd_nodes: u32, nodes: u32, policy: Policy) -> Instance {
     Instance::start(InstanceOptions {
@@ -15,15 +18,6 @@ fn start(slurmd_nodes: u32, nodes: u32, policy: Policy) -> Instance {
     .expect("start a Slurm instance with slurmd nodes")
 }
 
-/// `scontrol show job` field `key` of job `id` (e.g. `JobState`).
-fn job_field(inst: &Instance, id: &str, key: &str) -> String {
-    let text = inst.run(&["scontrol", "show", "job", id]).unwrap();
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn node_state(inst: &Instance, node: &str) -> String {
     inst.run(&["sinfo", "-h", "-N", "-n", node, "-o", "%T"])
         .unwrap()
@@ -32,33 +26,6 @@ fn node_state(inst: &Instance, node: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_string()
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `what` after `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match check() {
-            None => return,
-            Some(now) => last = now,
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} within {timeout:?}; last seen: {last}");
-}
-
-fn wait_job_state(inst: &Instance, id: &str, state: &str, timeout: Duration) {
-    wait_for(&format!("job {id} {state}"), timeout, || {
-        let now = job_field(inst, id, "JobState");
-        (now != state).then_some(now)
-    });
-}
-
-fn submit(inst: &Instance, args: &[&str]) -> String {
-    let mut argv = vec!["sbatch", "--parsable"];
-    argv.extend_from_slice(args);
-    inst.run(&argv).unwrap().trim().to_string()
 }
 
 fn cmdline(pid: &str) -> String {
