@@ -30,7 +30,8 @@ cargo build -p slurm-testenv --bin slurm-testenv -p kube-testenv --bin kube-test
 echo "==> preparing the Slurm root file system"
 ./target/debug/slurm-testenv prepare
 echo "==> building Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet, Trainer, Kueue and helm from their Go modules (cached; the first time about 25 minutes on 2 cores, the demo's own set about 7 of them)"
-./target/debug/kube-testenv prepare
+# KUBE_TESTENV_PRUNE=1 (set by .ci/run) empties Go's caches once everything is built.
+./target/debug/kube-testenv prepare ${KUBE_TESTENV_PRUNE:+--prune}
 
 echo "==> Prometheus and promtool from Debian's package, for the alert tests (cached)"
 ./hack/prometheus.sh

@@ -144,6 +144,10 @@ enum Cmd {
         /// the CNI plugins and build the test image).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Then empty Go's build and module caches (about 11 GB), keeping the binaries: for
+        /// CI machines short of disk; a later version change rebuilds from scratch.
+        #[arg(long)]
+        prune: bool,
     },
 }
 
@@ -203,7 +207,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Prepare { only } => {
+        Cmd::Prepare { only, prune } => {
             let tools = kube_testenv::binaries::tools(&only)?;
             if tools
                 .iter()
@@ -219,6 +223,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             for dir in kube_testenv::binaries::prepare_tools(&tools)? {
                 eprintln!("kube-testenv: binaries ready in {}", dir.display());
+            }
+            if prune {
+                kube_testenv::binaries::prune_go_caches()?;
+                eprintln!("kube-testenv: Go build and module caches emptied");
             }
             Ok(ExitCode::SUCCESS)
         }
