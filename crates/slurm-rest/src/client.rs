@@ -218,17 +218,16 @@ fn normalize_base(url: &str) -> Result<String, Error> {
     ))
 }
 
+/// Everything but RFC 3986's unreserved characters.
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encode one path segment or query value (everything but unreserved characters).
 pub(crate) fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 /// Whether a call may be repeated after an answer was possibly produced.

@@ -30,13 +30,7 @@ fn top(controller: &str) -> PathBuf {
         TOP.to_string()
     } else {
         // FNV-1a: stable across builds and processes.
-        let hash = run
-            .as_os_str()
-            .as_encoded_bytes()
-            .iter()
-            .fold(0xcbf29ce484222325u64, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-            });
+        let hash = crate::rootfs::fnv1a(run.as_os_str().as_encoded_bytes());
         format!("{TOP}-{:08x}", hash as u32)
     };
     Path::new(MOUNT).join(controller).join(name)

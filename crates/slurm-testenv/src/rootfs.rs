@@ -43,13 +43,10 @@ pub struct Rootfs {
 }
 
 /// FNV-1a, stable across Rust versions (unlike `DefaultHasher`).
-fn fnv1a(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
+pub(crate) fn fnv1a(data: &[u8]) -> u64 {
+    let mut h = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut h, data);
+    std::hash::Hasher::finish(&h)
 }
 
 /// The cache key: changes whenever the package set, suite or setup changes.

@@ -7,6 +7,7 @@
 //! created a moment ago) is fetched once with a GET.
 
 use super::review::Operation;
+use crate::k8s::selector::label_selector_matches;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -54,15 +55,6 @@ pub fn needs_namespace(operation: Operation, pod: &Pod, scheduler_name: &str) ->
     !scheduler_name.is_empty()
         && operation == Operation::Create
         && is_default_scheduler(pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()))
-}
-
-/// Whether `selector` matches `labels` (Kubernetes label-selector semantics: every
-/// `matchLabels` pair and every expression must hold; the empty selector matches everything).
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    use kube::core::{Selector, SelectorExt};
-    // The config loader refuses unknown operators, so a selector that does not convert matches
-    // nothing rather than everything.
-    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// The namespace lookup failed (answered as an error, so with `failurePolicy: Fail` pods
@@ -179,14 +171,14 @@ impl Namespaces {
             Namespaces::Listed(l) => Ok(l.contains(namespace)),
             Namespaces::Static { selector, labels } => Ok(labels
                 .get(namespace)
-                .is_some_and(|l| selector_matches(selector, l))),
+                .is_some_and(|l| label_selector_matches(selector, l))),
             Namespaces::Selected {
                 selector,
                 store,
                 client,
             } => {
                 if let Some(ns) = store.get(&ObjectRef::new(namespace)) {
-                    return Ok(selector_matches(
+                    return Ok(label_selector_matches(
                         selector,
                         ns.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
                     ));
@@ -194,7 +186,7 @@ impl Namespaces {
                 // Not (yet) in the cache: one GET.
                 let api: kube::Api<Namespace> = kube::Api::all(client.clone());
                 match api.get_opt(namespace).await {
-                    Ok(Some(ns)) => Ok(selector_matches(
+                    Ok(Some(ns)) => Ok(label_selector_matches(
                         selector,
                         ns.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
                     )),

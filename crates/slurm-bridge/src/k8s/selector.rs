@@ -1,8 +1,18 @@
-//! Node selector matching as Kubernetes does it: one `nodeSelectorTerm` on a node's labels and
-//! name. Required node affinity (scheduler feasibility) and PV node affinity (volumes) use it.
+//! Selector matching as Kubernetes does it: one `nodeSelectorTerm` on a node's labels and name
+//! (required node affinity, PV node affinity), and a label selector (managed namespaces,
+//! tenants, a PVC's selector).
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
+
+/// Whether `selector` matches `labels` (every `matchLabels` pair and every expression must
+/// hold; the empty selector matches everything). A selector with an unknown operator matches
+/// nothing rather than everything (the config loader refuses them; Kubernetes does too).
+pub fn label_selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    use kube::core::{Selector, SelectorExt};
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+}
 
 /// One node selector term: all expressions and fields must match; an empty term matches nothing.
 pub fn term_matches(

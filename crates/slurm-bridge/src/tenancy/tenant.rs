@@ -126,7 +126,7 @@ impl Tenant {
             || self
                 .namespace_selector
                 .as_ref()
-                .is_some_and(|s| crate::admission::managed::selector_matches(s, labels))
+                .is_some_and(|s| crate::k8s::selector::label_selector_matches(s, labels))
     }
 }
 

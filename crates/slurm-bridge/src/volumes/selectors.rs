@@ -39,26 +39,10 @@ pub fn node_selector_matches(sel: &NodeSelector, node: &Node) -> bool {
 /// A PVC's `spec.selector` on a PV's labels: no selector or an empty one matches all;
 /// an unknown operator matches nothing (Kubernetes rejects such a selector).
 pub fn label_selector_matches(sel: Option<&LabelSelector>, labels: Option<&Labels>) -> bool {
-    let Some(sel) = sel else { return true };
-    let empty = Labels::new();
-    let labels = labels.unwrap_or(&empty);
-    let by_label = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expr = sel.match_expressions.iter().flatten().all(|e| {
-        let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    by_label && by_expr
+    static EMPTY: Labels = BTreeMap::new();
+    sel.is_none_or(|sel| {
+        crate::k8s::selector::label_selector_matches(sel, labels.unwrap_or(&EMPTY))
+    })
 }
 
 /// A storage class's `allowedTopologies`: terms ORed, each term's expressions ANDed (the

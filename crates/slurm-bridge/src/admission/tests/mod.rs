@@ -5,11 +5,12 @@
 //! (§3.4), `validation` (§3.3), `reviews` (AdmissionReview decoding), `tls_server`.
 
 #![allow(clippy::type_complexity)]
-use super::managed::{Namespaces, processed, selector_matches};
+use super::managed::{Namespaces, processed};
 use super::review::{self, AdmissionRequest, Operation, ReviewError, Verdict};
 use super::server::{AdmissionMetrics, Webhook, Webhooks};
 use super::validate::*;
 use super::{certs, mutate, tls};
+use crate::k8s::selector::label_selector_matches as selector_matches;
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

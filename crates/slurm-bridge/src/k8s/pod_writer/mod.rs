@@ -635,7 +635,7 @@ impl PodWriter {
                 Ok(current)
                     if current.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) =>
                 {
-                    tracing::info!(pod = %crate::workload::ir::pod_key(pod), node, error = %e, "the Binding's answer was lost; the pod is bound");
+                    tracing::info!(pod = %crate::k8s::pod_key(pod), node, error = %e, "the Binding's answer was lost; the pod is bound");
                     Ok(true)
                 }
                 _ => Err(e),

@@ -64,9 +64,9 @@ pub(super) async fn find_job<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option
 /// would cost one update per pending job after an upgrade).
 pub(super) fn desc_hash(desc: &slurm_rest::models::JobDescMsg) -> u64 {
     let text = serde_json::to_string(desc).unwrap_or_default();
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = fnv::FnvHasher::default();
+    std::hash::Hasher::write(&mut h, text.as_bytes());
+    std::hash::Hasher::finish(&h)
 }
 
 /// `desc` (with the group's admin_comment) as sent: its admin_comment also carries `hash`, the

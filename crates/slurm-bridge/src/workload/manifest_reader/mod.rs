@@ -64,12 +64,9 @@ pub struct ManifestReader {
 
 /// A stable FNV-1a hash (generated names and uids must not change between runs).
 fn fnv(text: &str, seed: u64) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    let mut h = fnv::FnvHasher::with_key(0xcbf2_9ce4_8422_2325 ^ seed);
+    std::hash::Hasher::write(&mut h, text.as_bytes());
+    std::hash::Hasher::finish(&h)
 }
 
 /// A deterministic uid for an object that has none.
