@@ -84,7 +84,9 @@ fn generate(rng: &mut Rng, i: usize) -> (String, Value, Expect) {
     let mut labels = serde_json::Map::new();
     let mut spec_extra = serde_json::Map::new();
     // Short-lived, so the pods that are bound give their CPUs back (the controllers end their
-    // jobs) and capacity never runs out.
+    // jobs) and capacity never runs out. `Never`: under the API server's default (`Always`) a
+    // `sleep 5` container is restarted and the pod, and rightly its Slurm job, runs for ever.
+    spec_extra.insert("restartPolicy".into(), json!("Never"));
     let mut container = json!({"name": "main", "image": "busybox", "command": ["sleep", "5"],
                                "resources": {"requests": {"cpu": "100m", "memory": "10Mi"}}});
     // Oddities the bridge ignores by design, on any pod.
@@ -460,10 +462,17 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
         !*controllers.handle.stopped.borrow(),
         "the controllers still run"
     );
-    // The lifecycle invariants, once the short-lived pods have finished and been released.
+    // The lifecycle invariants, once the short-lived pods have finished (every bound one
+    // Succeeded: its `sleep 5` ended) and been released.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let pods = api.list(&ListParams::default()).await.unwrap().items;
+        let running: Vec<String> = pods
+            .iter()
+            .filter(|p| matches!(expected.get(&p.name_any()), Some(Expect::Bound)))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded"))
+            .map(|p| format!("{}: {}", p.name_any(), describe(p)))
+            .collect();
         let held: Vec<String> = pods
             .iter()
             .filter(|p| {
@@ -479,12 +488,12 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
             })
             .map(|p| p.name_any())
             .collect();
-        if held.is_empty() {
+        if held.is_empty() && running.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "finished pods still hold the finalizer: {held:?}"
+            "bound pods not Succeeded: {running:?}; finished pods still holding the finalizer: {held:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
