@@ -69,3 +69,46 @@ pub fn not_after(der: &[u8]) -> Option<SystemTime> {
     let (tag, t, _) = tlv(r)?;
     der_time(tag, t)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> Option<SystemTime> {
+        Some(UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn utc_and_generalized_time() {
+        assert_eq!(der_time(0x17, b"700101000000Z"), at(0));
+        // UTCTime's two-digit years: 50-99 are 19xx, 00-49 are 20xx (RFC 5280).
+        assert_eq!(der_time(0x17, b"491231235959Z"), at(2_524_607_999));
+        assert_eq!(
+            der_time(0x17, b"500101000000Z"),
+            None,
+            "1950: before the epoch"
+        );
+        assert_eq!(der_time(0x18, b"20500101000000Z"), at(2_524_608_000));
+        assert_eq!(der_time(0x18, b"20240229120000Z"), at(1_709_208_000));
+        // Not UTC, the wrong length, or another tag.
+        assert_eq!(der_time(0x17, b"700101000000+0100"), None);
+        assert_eq!(der_time(0x18, b"700101000000Z"), None);
+        assert_eq!(der_time(0x02, b"700101000000Z"), None);
+    }
+
+    #[test]
+    fn lengths() {
+        assert_eq!(
+            tlv(&[0x04, 0x02, 1, 2, 9]),
+            Some((0x04, &[1u8, 2][..], &[9u8][..]))
+        );
+        let mut long = vec![0x04, 0x81, 0x80];
+        long.extend([7u8; 0x80]);
+        assert_eq!(
+            tlv(&long).map(|(_, c, r)| (c.len(), r.len())),
+            Some((0x80, 0))
+        );
+        assert_eq!(tlv(&[0x04, 0x05, 1]), None, "shorter than its length");
+        assert_eq!(tlv(&[0x04, 0x80]), None, "indefinite length is not DER");
+    }
+}
