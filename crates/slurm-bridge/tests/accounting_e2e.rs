@@ -12,9 +12,9 @@
 
 mod e2e;
 
-use e2e::clients::wait_for;
 use e2e::controllers::{Controllers, disruption};
 use e2e::tenants::sacctmgr;
+use e2e::wait_for;
 use e2e::*;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

@@ -5,8 +5,8 @@
 
 mod e2e;
 
-use e2e::clients::wait_for;
 use e2e::controllers::Controllers;
+use e2e::wait_for;
 use e2e::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;

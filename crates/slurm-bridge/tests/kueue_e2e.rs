@@ -13,8 +13,9 @@
 
 mod e2e;
 
-use e2e::clients::{Admission, api_for, create_object, wait_for};
+use e2e::clients::{Admission, api_for, create_object};
 use e2e::controllers::Controllers;
+use e2e::wait_for;
 use e2e::{Env, NS, SCHEDULER, job_id_of};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

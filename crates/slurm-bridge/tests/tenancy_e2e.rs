@@ -6,9 +6,9 @@
 
 mod e2e;
 
-use e2e::clients::wait_for;
 use e2e::controllers::Controllers;
 use e2e::tenants::sacctmgr;
+use e2e::wait_for;
 use e2e::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};

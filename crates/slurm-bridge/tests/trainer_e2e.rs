@@ -12,8 +12,9 @@
 
 mod e2e;
 
-use e2e::clients::{Admission, api_for, create_object, has_condition, wait_for};
+use e2e::clients::{Admission, api_for, create_object, has_condition};
 use e2e::controllers::Controllers;
+use e2e::wait_for;
 use e2e::{Env, NS, job_id_of};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;

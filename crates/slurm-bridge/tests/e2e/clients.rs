@@ -6,7 +6,6 @@ use super::{Env, SCHEDULER};
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::Value;
 use slurm_bridge::config::Config;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 /// The API of `manifest`'s kind, in its namespace when it is namespaced.
@@ -54,26 +53,6 @@ pub async fn create_object(kube: &kube::Client, manifest: Value) -> DynamicObjec
             }
             Err(e) => panic!("create {:?}: {e}", obj.metadata.name),
         }
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`; panics naming `what` and the last state
-/// (`describe`) after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(state) => assert!(
-                Instant::now() < deadline,
-                "{what}: not within {timeout:?}; last seen: {state}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -31,7 +31,7 @@ pub use objects::{
 #[allow(unused_imports)]
 pub use process::{free_port, spawn_run, temp_dir, terminate, write_config};
 #[allow(unused_imports)]
-pub use waits::{create_retrying, wait_phase, wait_some, wait_until};
+pub use waits::{create_retrying, wait_for, wait_phase, wait_some, wait_until};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;

@@ -113,26 +113,42 @@ pub async fn create_retrying(api: &Api<Pod>, pod: &Pod, timeout: Duration) -> Po
     }
 }
 
-/// Polls `check` until it holds; panics naming `what` after `timeout`.
-pub async fn wait_until(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    wait_some(what, timeout, async || check().await.then_some(())).await
+/// The one polling wait of the e2e tests: polls `check` every 100 ms until it returns `Ok`, and
+/// returns what it found; after `timeout`, panics naming `what` and the last state it saw (the
+/// `Err`). [`wait_some`] and [`wait_until`] are its shorthands.
+pub async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) => assert!(
+                Instant::now() < deadline,
+                "{what}: not within {timeout:?}; last seen: {state}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
-/// Polls `probe` every 100 ms until it returns `Some`, and returns what it found; panics naming
-/// `what` after `timeout`.
+/// [`wait_for`] a probe that finds `Some`.
 pub async fn wait_some<T>(
     what: &str,
     timeout: Duration,
     mut probe: impl AsyncFnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(what, timeout, async || {
+        probe().await.ok_or_else(|| "nothing yet".to_string())
+    })
+    .await
+}
+
+/// [`wait_for`] a check that holds.
+pub async fn wait_until(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    wait_some(what, timeout, async || check().await.then_some(())).await
 }
 
 /// Waits until pod `name` reaches `phase` (e.g. Succeeded).
