@@ -35,6 +35,8 @@ echo "==> building Kubernetes, kube-scheduler, etcd, JobSet, LeaderWorkerSet, Tr
 
 echo "==> Prometheus and promtool from Debian's package, for the alert tests (cached)"
 ./hack/prometheus.sh
+echo "==> the chart's Grafana dashboard against Grafana's schema (@grafana/schema, cached)"
+./hack/check-dashboard.sh
 
 echo "==> cargo test --workspace"
 cargo test --workspace --no-fail-fast
