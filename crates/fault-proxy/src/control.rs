@@ -1,6 +1,6 @@
 //! The control endpoint of a proxy run from the command line: `GET /faults`, `PUT /faults`
 //! (a JSON [`Faults`]) and `GET /stats` on a plain-HTTP loopback port, and the client the
-//! `fault-proxy set` and `stats` commands use.
+//! `fault-proxy set` and `stats` commands use (hyper's client).
 
 use crate::error::{Error, Result};
 use crate::faults::Faults;
@@ -9,7 +9,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,8 +78,10 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// One request to a control endpoint at `addr`; returns the body of a 200 answer.
-pub fn request(addr: &str, method: &str, path: &str, body: &str) -> Result<String> {
+/// One request to a control endpoint at `addr` (hyper's client, plain HTTP/1.1); returns the
+/// body of a 200 answer. Connecting may take 2 s, the whole exchange 10 s.
+pub async fn request(addr: &str, method: &str, path: &str, body: &str) -> Result<String> {
+    use hyper_util::client::legacy::{Client, connect::HttpConnector};
     let fail = |message: String| Error::Control {
         addr: addr.to_string(),
         message,
@@ -88,27 +89,35 @@ pub fn request(addr: &str, method: &str, path: &str, body: &str) -> Result<Strin
     let sock: SocketAddr = addr
         .parse()
         .map_err(|e| fail(format!("expected HOST:PORT: {e}")))?;
-    let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(2))
+    let method: Method = method
+        .parse()
+        .map_err(|e| fail(format!("method {method:?}: {e}")))?;
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{sock}{path}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
         .map_err(|e| fail(e.to_string()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| fail(e.to_string()))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(|e| fail(e.to_string()))?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)
-        .map_err(|e| fail(e.to_string()))?;
-    let (head, answer) = buf
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| fail(format!("no HTTP answer: {buf:?}")))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(fail(format!(
-            "{}: {answer}",
-            head.lines().next().unwrap_or_default()
-        )));
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(2)));
+    let client: Client<_, Full<Bytes>> =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+    let exchange = async {
+        let answer = client.request(req).await.map_err(|e| fail(e.to_string()))?;
+        let status = answer.status();
+        let body = answer
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    let (status, answer) = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| fail("no answer within 10 s".into()))??;
+    if status != StatusCode::OK {
+        return Err(fail(format!("{status}: {answer}")));
     }
-    Ok(answer.to_string())
+    Ok(answer)
 }

@@ -175,17 +175,17 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Run(args) => run(args).await,
         Cmd::Set { control, faults } => {
             let now: Faults =
-                serde_json::from_str(&control::request(&control, "GET", "/faults", "")?)?;
+                serde_json::from_str(&control::request(&control, "GET", "/faults", "").await?)?;
             let new = faults.apply(now);
             new.validate()?;
             print!(
                 "{}",
-                control::request(&control, "PUT", "/faults", &serde_json::to_string(&new)?)?
+                control::request(&control, "PUT", "/faults", &serde_json::to_string(&new)?).await?
             );
             Ok(())
         }
         Cmd::Stats { control } => {
-            print!("{}", control::request(&control, "GET", "/stats", "")?);
+            print!("{}", control::request(&control, "GET", "/stats", "").await?);
             Ok(())
         }
     }

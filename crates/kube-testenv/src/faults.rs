@@ -5,8 +5,7 @@
 use crate::error::{Error, Result};
 use crate::instance::Instance;
 use crate::launcher::{Launcher, Probe, http_get_plain};
-use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A daemon of the control plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,33 +210,19 @@ impl Instance {
 /// POSTs JSON to etcd's gRPC gateway on loopback and returns the JSON answer.
 fn etcd_post(port: u16, path: &str, body: &str) -> Result<serde_json::Value> {
     let fail = |what: String| Error::Invalid(format!("etcd {path}: {what}"));
-    let mut s = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], port).into(),
-        Duration::from_secs(2),
-    )
-    .map_err(|e| fail(e.to_string()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| fail(e.to_string()))?;
-    let request = format!(
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(request.as_bytes())
-        .map_err(|e| fail(e.to_string()))?;
     let started = Instant::now();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)
-        .map_err(|e| fail(format!("{e} after {:?}", started.elapsed())))?;
-    let (head, answer) = buf
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| fail(format!("no HTTP answer: {buf:?}")))?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        return Err(fail(format!(
-            "{} {answer}",
-            head.lines().next().unwrap_or_default()
-        )));
+    let r = slurm_testenv::http::post(
+        slurm_testenv::http::local(port),
+        path,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .map_err(|e| fail(format!("{e} after {:?}", started.elapsed())))?;
+    let answer = r.text();
+    if r.status != 200 {
+        return Err(fail(format!("{} {answer}", r.status)));
     }
-    serde_json::from_str(answer).map_err(|e| fail(format!("{e}: {answer}")))
+    serde_json::from_str(&answer).map_err(|e| fail(format!("{e}: {answer}")))
 }
 
 /// Waits (at most 5 s) until every thread of `pid` has stopped: `kill` only queues SIGSTOP, and

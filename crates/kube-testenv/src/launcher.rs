@@ -6,7 +6,6 @@ use crate::error::{Error, Result, tail_of};
 use crate::instance::{READY_TIMEOUT, kill_group};
 use slurm_testenv::process::ProcId;
 use std::fs;
-use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -244,19 +243,14 @@ impl Probe {
 
 /// Plain-HTTP GET on loopback (etcd's /health); the body when the status is 200.
 pub(crate) fn http_get_plain(port: u16, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], port).into(),
+    let client = slurm_testenv::http::Client::with_timeouts(
         Duration::from_millis(500),
-    )
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        Duration::from_secs(2),
+    );
+    let r = client
+        .get(slurm_testenv::http::local(port), path, &[])
         .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let ok = head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200");
-    ok.then(|| body.to_string())
+    (r.status == 200).then(|| r.text())
 }
 
 /// Taints the node lifecycle controller manages: admission puts `not-ready` on new nodes, a node

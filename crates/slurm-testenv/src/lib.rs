@@ -31,7 +31,7 @@ mod cgroup;
 pub mod conf;
 pub mod cpus;
 mod error;
-mod http;
+pub mod http;
 mod instance;
 pub mod mirror;
 mod node;

@@ -6,9 +6,8 @@ mod common;
 
 use common::{job_field, wait_for};
 use slurm_testenv::conf::{Policy, PreemptMode, PreemptType};
-use slurm_testenv::{Instance, InstanceOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use slurm_testenv::{Instance, InstanceOptions, http};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -46,36 +45,21 @@ fn add_tenants(inst: &Instance) {
         .unwrap();
 }
 
-/// POST `body` to slurmrestd with the instance's root token; returns the status and JSON answer.
+/// POST `body` to slurmrestd with the instance's root token; returns the status and JSON answer
+/// (`Null` when the answer is not JSON).
 fn post(inst: &Instance, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
-    let hostport = inst.rest_url().trim_start_matches("http://");
-    let body = body.to_string();
-    let mut s = TcpStream::connect(hostport).unwrap();
-    // One write: slurmrestd mishandles a request split over several segments.
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nX-SLURM-USER-TOKEN: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        inst.token(),
-        body.len()
-    );
-    s.write_all(request.as_bytes()).unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap();
-    let status = buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let json = buf
-        .find("\r\n\r\n")
-        .and_then(|i| {
-            let rest = &buf[i + 4..];
-            // A chunked body: the JSON object spans from the first '{' to the last '}'.
-            let start = rest.find('{')?;
-            let end = rest.rfind('}')?;
-            serde_json::from_str(&rest[start..=end]).ok()
-        })
-        .unwrap_or(serde_json::Value::Null);
-    (status, json)
+    let addr = inst
+        .rest_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("HOST:PORT");
+    let headers = [
+        ("X-SLURM-USER-TOKEN", inst.token()),
+        ("Content-Type", "application/json"),
+    ];
+    let r = http::post(addr, path, &headers, body.to_string().as_bytes()).unwrap();
+    let json = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+    (r.status, json)
 }
 
 /// Submits an external job (one whole node) through slurmrestd as root, on behalf of `uid`.

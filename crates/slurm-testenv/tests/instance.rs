@@ -1,8 +1,7 @@
 //! slurm-testenv against the real Slurm it builds: these tests need root and run in CI.
 
-use slurm_testenv::{Instance, InstanceOptions, NodeSpec};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use slurm_testenv::{Instance, InstanceOptions, NodeSpec, http};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,22 +14,13 @@ fn start(nodes: u32) -> Instance {
     .expect("start a Slurm instance")
 }
 
-/// Raw HTTP GET returning the status code, so this crate's tests need no HTTP client.
+/// GET `path` of slurmrestd at `url` with `token`; the status code.
 fn http_status(url: &str, path: &str, token: &str) -> std::io::Result<u16> {
-    let hostport = url.trim_start_matches("http://");
-    let mut s = TcpStream::connect(hostport)?;
-    // One write: slurmrestd mishandles a request split over several segments (500, or a reset).
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {hostport}\r\nX-SLURM-USER-TOKEN: {token}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(request.as_bytes())?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
-    Ok(buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0))
+    let addr = url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("HOST:PORT");
+    Ok(http::get(addr, path, &[("X-SLURM-USER-TOKEN", token)])?.status)
 }
 
 fn pid_alive(pid: i32) -> bool {

@@ -52,19 +52,17 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// GET `path` of the bridge's probe port (slurm-testenv's blocking client, off the runtime):
+/// the status and body, `None` when the request failed.
 pub(crate) async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
-    Some((code, body))
+    let path = path.to_string();
+    let r = tokio::task::spawn_blocking(move || {
+        slurm_testenv::http::get(slurm_testenv::http::local(port), &path, &[])
+    })
+    .await
+    .ok()?
+    .ok()?;
+    Some((r.status, r.text()))
 }
 
 /// A child process killed (and reaped) when dropped. `wrapped`: the child is heaptrack's

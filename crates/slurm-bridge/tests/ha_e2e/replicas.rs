@@ -132,22 +132,18 @@ pub async fn terminate_all<'a>(replicas: impl IntoIterator<Item = &'a mut Replic
     }
 }
 
-/// GET /metrics of a replica (plain HTTP/1.0), with a timeout.
+/// GET /metrics of a replica (slurm-testenv's blocking client, off the runtime): the body of
+/// any answer, `None` when the request failed or took more than 5 s.
 pub async fn scrape(addr: SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let get = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: probe\r\n\r\n")
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
+    let client =
+        slurm_testenv::http::Client::with_timeouts(Duration::from_secs(5), Duration::from_secs(5));
+    let get = tokio::task::spawn_blocking(move || client.get(addr, "/metrics", &[]));
     tokio::time::timeout(Duration::from_secs(5), get)
         .await
+        .ok()?
+        .ok()?
         .ok()
-        .flatten()
+        .map(|r| r.text())
 }
 
 /// The sum of the samples of `name` whose labels include every `labels` pair.
