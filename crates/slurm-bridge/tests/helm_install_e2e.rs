@@ -522,8 +522,27 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
         p.spec.as_ref().unwrap().scheduler_name.as_deref(),
         Some("default-scheduler")
     );
-    // And the admission process did not recreate a configuration.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // And the admission process did not recreate a configuration, in two passes of its
+    // certificate check (every second here) after the uninstall. Each pass now logs what it
+    // misses (the release took the configurations, the CA Secret's RBAC and the
+    // ServiceAccount); the second of two passes logged from here on started after the first
+    // ended, so after the uninstall.
+    let admission = components
+        .iter()
+        .find(|c| c.name.ends_with("-admission"))
+        .expect("the admission process");
+    let passes = || {
+        let log = admission.log();
+        log.matches("self-managed certificate pass failed").count()
+            + log.matches("caBundle not synced").count()
+    };
+    let before = passes();
+    wait_until(
+        "two certificate passes of the admission process after the uninstall",
+        Duration::from_secs(60),
+        async || passes() >= before + 2,
+    )
+    .await;
     assert!(m.get_opt(WEBHOOK).await.unwrap().is_none());
     env.assert_invariants().await;
     drop(components);

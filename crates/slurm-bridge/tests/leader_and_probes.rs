@@ -5,9 +5,12 @@
 mod e2e;
 
 use e2e::{Env, Gated, SlurmWrites, pod};
+use kube::runtime::reflector::ObjectRef;
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use slurm_bridge::scheduler::SchedulerOptions;
+use slurm_bridge::caches::Caches;
+use slurm_bridge::scheduler::{self, SchedulerOptions};
+use slurm_bridge::slurm::Instrumented;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -110,9 +113,19 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         inner: e2e::rest_client(&env.slurm),
         writes: writes.clone(),
     };
-    env.start_scheduler_led(slurm, lead_rx).await;
+    let caches = start_scheduler_on_own_caches(&mut env, slurm, lead_rx).await;
     let created = env.create_pod(pod("patient", json!({}), json!({}))).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The standby has seen the pod (its own pod cache holds it), and had the time to act on
+    // it: its job watcher has polled Slurm 5 times since (1 s at 200 ms a poll), where a
+    // leader's pass starts on the pod's change within milliseconds.
+    let key = ObjectRef::<slurm_bridge::k8s::slim_pod::Pod>::new("patient").within(e2e::NS);
+    e2e::wait_until(
+        "the standby's pod cache holds the pod",
+        Duration::from_secs(60),
+        async || caches.handles.pods.get(&key).is_some(),
+    )
+    .await;
+    wait_polls(&caches, 5).await;
     let handle = env.handle().clone();
     assert!(!*handle.leading.borrow());
     // No pass at all (no polling), no Slurm write, no Kubernetes write...
@@ -135,6 +148,48 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         .await;
     assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
     env.assert_consistent().await;
+}
+
+/// The scheduler as [`Env::start_scheduler_led`] starts it, on caches the test keeps (so it sees
+/// what the scheduler's own caches hold); they stop once the scheduler has stopped.
+async fn start_scheduler_on_own_caches<S: slurm_bridge::slurm::Slurm>(
+    env: &mut Env,
+    slurm: S,
+    leader: watch::Receiver<bool>,
+) -> Arc<Caches<Instrumented<S>>> {
+    let opts = e2e::scheduler_options(&env.slurm);
+    let mut registry = Registry::default();
+    let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
+    let (caches, tasks) = Caches::start(env.kube.clone(), slurm, &opts.cache_options());
+    let (stop, mut stop_rx) = watch::channel(false);
+    let (ready_tx, _ready_rx) = watch::channel(false);
+    let mut handle = scheduler::run_with(
+        env.kube.clone(),
+        caches.clone(),
+        opts,
+        &mut registry,
+        leader,
+        ready_tx,
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    )
+    .await;
+    tasks.stop_after(&mut handle.stopped);
+    env.adopt_scheduler(handle, stop).await;
+    caches
+}
+
+/// Waits until the job watcher of `caches` has made `n` more polls of Slurm from now.
+async fn wait_polls<S: slurm_bridge::slurm::Slurm>(caches: &Caches<S>, n: u64) {
+    let polls = &caches.handles.jobs.stats.polls;
+    let target = polls.load(Ordering::Relaxed) + n;
+    e2e::wait_until(
+        &format!("{n} more polls of the job watcher"),
+        Duration::from_secs(60),
+        async || polls.load(Ordering::Relaxed) >= target,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,9 +217,23 @@ async fn a_scheduler_that_loses_leadership_mid_pass_aborts_it() {
         .expect("the controller stops")
         .unwrap();
     let before = env.pods().get("contested").await.unwrap();
-    // A pass still running would now submit, label and bind; an aborted one never resumes.
+    // A pass still running would now submit, label and bind; an aborted one never resumes. The
+    // gate is a fair semaphore: a permit added while a submit waits at it goes to that submit at
+    // once, so a permit still free now proves that no submit waits there.
     writes.let_through(1);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        writes.gate.available_permits(),
+        1,
+        "a pass still waits at its submit after leadership was lost"
+    );
+    // Nor did anything else start since: the scheduler has polled Slurm 5 more times (1 s at its
+    // 200 ms job poll) with nothing written.
+    wait_slurm_calls(env.handle(), 5).await;
+    assert_eq!(
+        *writes.submits_entered.borrow(),
+        1,
+        "a submit after leadership was lost"
+    );
     assert_eq!(
         writes.writes(),
         0,
@@ -259,18 +328,30 @@ async fn sigterm_lets_the_pass_in_flight_finish_with_readiness_false_first() {
     env.assert_consistent().await;
 }
 
+/// Waits until the scheduler has made `n` more Slurm calls from now (its job watcher polls every
+/// 200 ms, leading or not): proof that it has run that long since.
+async fn wait_slurm_calls(handle: &slurm_bridge::scheduler::SchedulerHandle, n: u64) {
+    let calls = &handle.metrics.slurm_calls;
+    let target = calls.load(Ordering::Relaxed) + n;
+    e2e::wait_until(
+        &format!("{n} more Slurm calls of the scheduler"),
+        Duration::from_secs(60),
+        async || calls.load(Ordering::Relaxed) >= target,
+    )
+    .await;
+}
+
+/// GET `path` of the probe port: status and body (slurm-testenv's blocking client, off the
+/// runtime, which serves the probes too).
 async fn get(port: u16, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let code = buf.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, buf.split_once("\r\n\r\n").unwrap().1.to_string())
+    let path = path.to_string();
+    let r = tokio::task::spawn_blocking(move || {
+        slurm_testenv::http::get(slurm_testenv::http::local(port), &path, &[])
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    (r.status, r.text())
 }
 
 #[tokio::test]

@@ -33,8 +33,9 @@ async fn add_nodes_registers_custom_nodes() {
         "nodes:\n- name: big-mem\n  annotations: {example.com/owner: team-a}\n  capacity: {memory: 1Ti}\n  allocatable: {memory: 1000Gi, cpu: 7500m}\n",
     )
     .expect("nodes file");
-    let mut specs = vec![gpu];
-    specs.extend(from_yaml);
+    // gpu-1 registers first: the agent's pod watch is then seen to deliver the statuses below
+    // through a pod bound to it (see the marker pod).
+    inst.add_nodes(vec![gpu]).await.expect("add node gpu-1");
 
     // Pods bound to big-mem before it registers: one not started yet, and two that (as their
     // status says) started 150 s ago on a kubelet before this one, as after an agent restart.
@@ -80,9 +81,21 @@ async fn add_nodes_registers_custom_nodes() {
         .await
         .expect("write the status of an earlier kubelet");
     }
-    // Let the agent's pod watch deliver those statuses before the node appears.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    inst.add_nodes(specs).await.expect("add nodes");
+    // The agent's pod watch delivers those statuses before big-mem appears: it delivers changes
+    // in order, so once the agent has started a pod created after them (bound to gpu-1, which it
+    // serves), it has seen them.
+    pods.create(
+        &pp,
+        &pod("marker", Some("gpu-1"), &["sleep", "infinity"], json!({})),
+    )
+    .await
+    .expect("create the marker pod");
+    eventually("the agent to start the marker pod", || {
+        let pods = pods.clone();
+        async move { (phase(&pods.get("marker").await.ok()?) == "Running").then_some(()) }
+    })
+    .await;
+    inst.add_nodes(from_yaml).await.expect("add node big-mem");
 
     let nodes: Api<Node> = Api::all(inst.client());
     let well_known = [

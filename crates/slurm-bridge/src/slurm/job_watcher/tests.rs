@@ -229,8 +229,9 @@ async fn pending_reasons_are_refreshed_in_bounded_batches() {
 #[tokio::test]
 async fn a_recorded_job_is_not_fetched_for_its_reason_at_once() {
     let table = Arc::new(Table::default());
+    let interval = Duration::from_secs(60);
     let cfg = JobWatcherConfig {
-        reason_interval: Duration::from_millis(300),
+        reason_interval: interval,
         reason_tick: Duration::ZERO,
         ..Default::default()
     };
@@ -245,9 +246,16 @@ async fn a_recorded_job_is_not_fetched_for_its_reason_at_once() {
         "a fresh pending job fetched for its reason: {:?}",
         table.fetches.lock().unwrap()
     );
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    // `reason_interval` passes for job 7 (its last fetch, which the record counts as, is that
+    // long ago) without the test waiting for it.
+    backdate(w.fetched_at.lock().unwrap().get_mut(&7).unwrap(), interval);
     w.poll_once().await.unwrap();
     assert_eq!(*table.fetches.lock().unwrap(), [7], "looked at once due");
+}
+
+/// Moves a time the watcher took back by `by`, as if `by` had passed since.
+fn backdate(at: &mut std::time::Instant, by: Duration) {
+    *at = at.checked_sub(by).expect("an instant that far back");
 }
 
 #[tokio::test]
@@ -447,17 +455,18 @@ async fn only_fresh_pending_jobs_keep_the_poll_fast() {
 async fn a_fresh_job_keeps_the_poll_fast_only_for_the_window() {
     let table = Arc::new(Table::default());
     let config = JobWatcherConfig {
-        fast_window: Duration::from_millis(30),
+        fast_window: Duration::from_secs(60),
         ..Default::default()
     };
-    let slow = config.interval;
+    let (slow, window) = (config.interval, config.fast_window);
     let w = JobWatcher::new(table.clone(), config);
     w.initial_sync().await.unwrap();
     let job = info(3, JobState::Pending, &bridge_comment("g", "ns/a"), "");
     table.jobs.lock().unwrap().push(job.clone());
     w.record(WatchedJob::from_info(&job).unwrap());
     assert_ne!(w.next_wait(), slow);
-    std::thread::sleep(Duration::from_millis(40));
+    // The window passes for job 3 (its record is that long ago) without the test waiting.
+    backdate(w.fresh.lock().unwrap().get_mut(&3).unwrap(), window);
     assert_eq!(w.next_wait(), slow, "past the window: slow");
 }
 
