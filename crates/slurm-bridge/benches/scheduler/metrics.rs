@@ -233,6 +233,11 @@ pub(crate) fn cpu_by_daemon() -> Vec<(&'static str, f64)> {
     out
 }
 
+/// CPU seconds of every listed process between `before` and `after`.
+pub(crate) fn cpu_total(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) -> f64 {
+    after.iter().zip(before).map(|((_, a), (_, b))| a - b).sum()
+}
+
 pub(crate) fn print_cpu(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) {
     let parts: Vec<String> = after
         .iter()
