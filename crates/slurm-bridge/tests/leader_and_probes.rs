@@ -9,8 +9,7 @@ use kube::runtime::reflector::ObjectRef;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use slurm_bridge::caches::Caches;
-use slurm_bridge::scheduler::{self, SchedulerOptions};
-use slurm_bridge::slurm::Instrumented;
+use slurm_bridge::scheduler::SchedulerOptions;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -113,7 +112,7 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         inner: e2e::rest_client(&env.slurm),
         writes: writes.clone(),
     };
-    let caches = start_scheduler_on_own_caches(&mut env, slurm, lead_rx).await;
+    let caches = env.start_scheduler_opts(slurm, lead_rx, |_| {}).await;
     let created = env.create_pod(pod("patient", json!({}), json!({}))).await;
     // The standby has seen the pod (its own pod cache holds it), and had the time to act on
     // it: its job watcher has polled Slurm 5 times since (1 s at 200 ms a poll), where a
@@ -148,36 +147,6 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         .await;
     assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
     env.assert_consistent().await;
-}
-
-/// The scheduler as [`Env::start_scheduler_led`] starts it, on caches the test keeps (so it sees
-/// what the scheduler's own caches hold); they stop once the scheduler has stopped.
-async fn start_scheduler_on_own_caches<S: slurm_bridge::slurm::Slurm>(
-    env: &mut Env,
-    slurm: S,
-    leader: watch::Receiver<bool>,
-) -> Arc<Caches<Instrumented<S>>> {
-    let opts = e2e::scheduler_options(&env.slurm);
-    let mut registry = Registry::default();
-    let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
-    let (caches, tasks) = Caches::start(env.kube.clone(), slurm, &opts.cache_options());
-    let (stop, mut stop_rx) = watch::channel(false);
-    let (ready_tx, _ready_rx) = watch::channel(false);
-    let mut handle = scheduler::run_with(
-        env.kube.clone(),
-        caches.clone(),
-        opts,
-        &mut registry,
-        leader,
-        ready_tx,
-        async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        },
-    )
-    .await;
-    tasks.stop_after(&mut handle.stopped);
-    env.adopt_scheduler(handle, stop).await;
-    caches
 }
 
 /// Waits until the job watcher of `caches` has made `n` more polls of Slurm from now.

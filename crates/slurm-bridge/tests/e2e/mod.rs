@@ -38,9 +38,10 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
+use slurm_bridge::caches::Caches;
 use slurm_bridge::config::Config;
 use slurm_bridge::scheduler::{self, SchedulerHandle, SchedulerOptions};
-use slurm_bridge::slurm::Slurm;
+use slurm_bridge::slurm::{Instrumented, Slurm};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -195,21 +196,25 @@ impl Env {
     }
 
     /// Starts the scheduler with the given leadership signal and options changed by `configure`
-    /// (defaults: job poll 200 ms, node poll and sweep 2 s, shutdown grace 200 ms).
+    /// (defaults: job poll 200 ms, node poll and sweep 2 s, shutdown grace 200 ms), as
+    /// `scheduler::run` does; returns its caches (they stop once the scheduler has stopped), so
+    /// a test can see what the scheduler sees.
     pub async fn start_scheduler_opts<S: Slurm>(
         &mut self,
         slurm: S,
         leader: watch::Receiver<bool>,
         configure: impl FnOnce(&mut SchedulerOptions),
-    ) {
+    ) -> Arc<Caches<Instrumented<S>>> {
         let mut opts = scheduler_options(&self.slurm);
         configure(&mut opts);
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let (ready_tx, _ready_rx) = watch::channel(false);
         let mut registry = Registry::default();
-        let handle = scheduler::run(
+        let slurm = Arc::new(Instrumented::new(slurm, &mut registry));
+        let (caches, tasks) = Caches::start(self.kube.clone(), slurm, &opts.cache_options());
+        let mut handle = scheduler::run_with(
             self.kube.clone(),
-            slurm,
+            caches.clone(),
             opts,
             &mut registry,
             leader,
@@ -219,7 +224,9 @@ impl Env {
             },
         )
         .await;
+        tasks.stop_after(&mut handle.stopped);
         self.adopt_scheduler(handle, stop_tx).await;
+        caches
     }
 
     /// Waits until a scheduler started by the test is ready, then keeps its handle and its stop
