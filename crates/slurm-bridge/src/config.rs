@@ -273,6 +273,11 @@ pub(crate) fn field_err(field: &str, problem: String, expected: &'static str) ->
     }
 }
 
+/// A value of the wrong JSON type at `field`: what it got, and what is `expected`.
+pub(crate) fn type_err(field: &str, v: &Value, expected: &'static str) -> ConfigError {
+    field_err(field, format!("got {}", type_name(v)), expected)
+}
+
 /// `defaultMemPerCpu`: a positive whole number of MiB (null: unset).
 fn mem_per_cpu(key: &str, v: Value) -> Result<Option<u64>, ConfigError> {
     const EXPECTED: &str =
@@ -283,11 +288,7 @@ fn mem_per_cpu(key: &str, v: Value) -> Result<Option<u64>, ConfigError> {
             Some(m) if m > 0 => Ok(Some(m)),
             _ => Err(field_err(key, format!("got {n}"), EXPECTED)),
         },
-        other => Err(field_err(
-            key,
-            format!("got {}", type_name(&other)),
-            EXPECTED,
-        )),
+        other => Err(type_err(key, &other, EXPECTED)),
     }
 }
 
@@ -295,11 +296,7 @@ fn string_field(key: &str, v: Value, expected: &'static str) -> Result<String, C
     match v {
         Value::String(s) => Ok(s),
         Value::Null => Ok(String::new()),
-        other => Err(field_err(
-            key,
-            format!("got {}", type_name(&other)),
-            expected,
-        )),
+        other => Err(type_err(key, &other, expected)),
     }
 }
 
@@ -318,11 +315,7 @@ fn string_list(key: &str, v: Value) -> Result<Vec<String>, ConfigError> {
                 )),
             })
             .collect(),
-        other => Err(field_err(
-            key,
-            format!("got {}", type_name(&other)),
-            EXPECTED,
-        )),
+        other => Err(type_err(key, &other, EXPECTED)),
     }
 }
 
@@ -333,11 +326,7 @@ fn priority_classes(key: &str, v: Value) -> Result<BTreeMap<String, PriorityMapp
         Value::Null => return Ok(BTreeMap::new()),
         Value::Object(m) => m,
         other => {
-            return Err(field_err(
-                key,
-                format!("got {}", type_name(&other)),
-                EXPECT_PRIORITY_CLASSES,
-            ));
+            return Err(type_err(key, &other, EXPECT_PRIORITY_CLASSES));
         }
     };
     let mut out = BTreeMap::new();
@@ -354,11 +343,7 @@ fn priority_classes(key: &str, v: Value) -> Result<BTreeMap<String, PriorityMapp
             Value::Null => serde_json::Map::new(),
             Value::Object(m) => m,
             other => {
-                return Err(field_err(
-                    &at,
-                    format!("got {}", type_name(&other)),
-                    EXPECT_PRIORITY_CLASSES,
-                ));
+                return Err(type_err(&at, &other, EXPECT_PRIORITY_CLASSES));
             }
         };
         let mut m = PriorityMapping::default();
@@ -401,11 +386,7 @@ fn slurm_name(field: &str, v: Value) -> Result<String, ConfigError> {
             format!("{s:?} is not a Slurm name"),
             EXPECTED,
         )),
-        other => Err(field_err(
-            field,
-            format!("got {}", type_name(&other)),
-            EXPECTED,
-        )),
+        other => Err(type_err(field, &other, EXPECTED)),
     }
 }
 
@@ -414,10 +395,11 @@ fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-fn selector(key: &str, v: Value) -> Result<LabelSelector, ConfigError> {
+/// A label selector (its operators unchecked).
+pub(crate) fn selector(key: &str, v: Value) -> Result<LabelSelector, ConfigError> {
     const EXPECTED: &str = "a label selector: {matchLabels: {key: value}, matchExpressions: [{key, operator, values}]}";
     if !v.is_object() {
-        return Err(field_err(key, format!("got {}", type_name(&v)), EXPECTED));
+        return Err(type_err(key, &v, EXPECTED));
     }
     serde_json::from_value(v).map_err(|e| field_err(key, e.to_string(), EXPECTED))
 }

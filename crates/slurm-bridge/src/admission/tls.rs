@@ -68,6 +68,21 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
+/// The contents of `dir/tls.crt` and `dir/tls.key`.
+fn read_pair(dir: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    Ok((read(&dir.join(CERT_FILE))?, read(&dir.join(KEY_FILE))?))
+}
+
+/// [`certified_key`] of the pair read from `dir`, naming its files in errors.
+fn certified_pair(dir: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
+    certified_key(
+        cert_pem,
+        key_pem,
+        &dir.join(CERT_FILE).display().to_string(),
+        &dir.join(KEY_FILE).display().to_string(),
+    )
+}
+
 /// Builds the certified key from PEM texts (`cert_path`/`key_path` only name them in errors).
 pub fn certified_key(
     cert_pem: &[u8],
@@ -122,14 +137,8 @@ impl std::fmt::Debug for CertReloader {
 impl CertReloader {
     /// Loads `dir/tls.crt` and `dir/tls.key`.
     pub fn load(dir: &Path) -> Result<CertReloader, TlsError> {
-        let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
-        let (cert, key) = (read(&cert_path)?, read(&key_path)?);
-        let ck = certified_key(
-            &cert,
-            &key,
-            &cert_path.display().to_string(),
-            &key_path.display().to_string(),
-        )?;
+        let (cert, key) = read_pair(dir)?;
+        let ck = certified_pair(dir, &cert, &key)?;
         Ok(CertReloader {
             dir: dir.to_path_buf(),
             current: RwLock::new(Arc::new(ck)),
@@ -152,8 +161,7 @@ impl CertReloader {
 
     /// Re-reads the files; true when a new pair went into service.
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let (cert_path, key_path) = (self.dir.join(CERT_FILE), self.dir.join(KEY_FILE));
-        let (cert, key) = (read(&cert_path)?, read(&key_path)?);
+        let (cert, key) = read_pair(&self.dir)?;
         let mut seen = match self.seen.lock() {
             Ok(s) => s,
             Err(p) => p.into_inner(),
@@ -162,12 +170,7 @@ impl CertReloader {
             return Ok(false);
         }
         *seen = (cert.clone(), key.clone());
-        let ck = certified_key(
-            &cert,
-            &key,
-            &cert_path.display().to_string(),
-            &key_path.display().to_string(),
-        )?;
+        let ck = certified_pair(&self.dir, &cert, &key)?;
         match self.current.write() {
             Ok(mut c) => *c = Arc::new(ck),
             Err(p) => *p.into_inner() = Arc::new(ck),

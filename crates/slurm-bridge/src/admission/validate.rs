@@ -14,6 +14,7 @@ use crate::wellknown::{
     LABEL_SLURM_JOBID, RESOURCE_DRA_CPU, slurmjob,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use std::collections::BTreeMap;
 
 /// CREATE 1.
 pub const MSG_JOBID_LABEL: &str = "can't create a pod with a slurm external jobid label";
@@ -79,20 +80,19 @@ pub fn validate(
     }
 }
 
-fn label<'a>(pod: &'a Pod, key: &str) -> &'a str {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
+/// The value of `key` in `map`, "" when it or the map is missing.
+fn value<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> &'a str {
+    map.as_ref()
+        .and_then(|m| m.get(key))
         .map_or("", String::as_str)
 }
 
+fn label<'a>(pod: &'a Pod, key: &str) -> &'a str {
+    value(&pod.metadata.labels, key)
+}
+
 fn annotation<'a>(pod: &'a Pod, key: &str) -> &'a str {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map_or("", String::as_str)
+    value(&pod.metadata.annotations, key)
 }
 
 /// Checks of a pod being created (reference §3.3 CREATE 1-7).

@@ -5,9 +5,8 @@ use super::process;
 use super::process::parse_duration;
 use crate::config::Config;
 use crate::controllers::{self, ControllersOptions};
-use prometheus_client::registry::Registry;
+use crate::sync::until_true;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Flags of the controllers, in `controllers` and `run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -83,32 +82,18 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
     let opts = args
         .controllers
         .options(cfg, p.slurm_poll_interval, p.shutdown_grace);
-    let client = started.client;
-    let leadership = process::leadership(&client, lease.as_ref()).await?;
-    let mut registry = Registry::default();
-    let (client, slurm) = process::fenced(&leadership, &mut registry, &client, started.slurm);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let handle = controllers::run(
-        client,
-        slurm,
-        opts,
-        &mut registry,
-        leadership.receiver(),
-        crate::sync::until_true(stop_rx),
-    )
-    .await;
-    let component = process::Component {
-        name: "controllers",
-        ready: handle.ready.clone(),
-        stopped: handle.stopped.clone(),
-    };
-    process::serve(
-        leadership,
-        registry,
-        vec![component],
-        stop_tx,
+    process::serve_alone(
+        "controllers",
+        started.client,
+        started.slurm,
+        lease,
         started.listener,
         started.signals,
+        async |client, slurm, registry, leader, stop| {
+            let handle =
+                controllers::run(client, slurm, opts, registry, leader, until_true(stop)).await;
+            (handle.ready, handle.stopped)
+        },
     )
     .await
 }

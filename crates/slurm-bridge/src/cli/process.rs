@@ -173,6 +173,48 @@ pub fn fenced<S>(
     )
 }
 
+/// One component in a process of its own (`scheduler`, `controllers`): competes for `lease`
+/// (or leads at once without one), puts the clients behind its fence, starts the component with
+/// `start` (the fenced clients, the registry, the leadership and the stop signal; it answers
+/// the component's `ready` and `stopped`), then serves its probes on `listener` until the first
+/// item of `signals` (see [`serve`]).
+pub async fn serve_alone<S>(
+    name: &'static str,
+    client: kube::Client,
+    slurm: S,
+    lease: Option<leader::LeaseSpec>,
+    listener: tokio::net::TcpListener,
+    signals: impl Stream<Item = ()> + Unpin,
+    start: impl AsyncFnOnce(
+        kube::Client,
+        crate::slurm::Fenced<S>,
+        &mut Registry,
+        watch::Receiver<bool>,
+        watch::Receiver<bool>,
+    ) -> (watch::Receiver<bool>, watch::Receiver<bool>),
+) -> anyhow::Result<()> {
+    let leadership = leadership(&client, lease.as_ref()).await?;
+    let mut registry = Registry::default();
+    let (client, slurm) = fenced(&leadership, &mut registry, &client, slurm);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ready, stopped) =
+        start(client, slurm, &mut registry, leadership.receiver(), stop_rx).await;
+    let component = Component {
+        name,
+        ready,
+        stopped,
+    };
+    serve(
+        leadership,
+        registry,
+        vec![component],
+        stop_tx,
+        listener,
+        signals,
+    )
+    .await
+}
+
 /// True while every component is ready.
 fn all_ready(components: &[Component]) -> watch::Receiver<bool> {
     let mut readies: Vec<watch::Receiver<bool>> =

@@ -6,8 +6,8 @@ use crate::config::Config;
 use crate::leader;
 use crate::scheduler::{self, SchedulerOptions};
 use crate::slurm::Slurm;
+use crate::sync::until_true;
 use futures::Stream;
-use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 /// Flags of `scheduler` and `run`.
@@ -76,33 +76,27 @@ pub async fn serve<S: Slurm>(
     listener: tokio::net::TcpListener,
     signals: impl Stream<Item = ()> + Unpin,
 ) -> anyhow::Result<()> {
-    let leadership = process::leadership(&client, lease.as_ref()).await?;
-    let mut registry = Registry::default();
-    let (client, slurm) = process::fenced(&leadership, &mut registry, &client, slurm);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (ready_tx, _) = watch::channel(false);
-    let handle = scheduler::run(
+    process::serve_alone(
+        "scheduler",
         client,
         slurm,
-        opts,
-        &mut registry,
-        leadership.receiver(),
-        ready_tx,
-        crate::sync::until_true(stop_rx),
-    )
-    .await;
-    let component = process::Component {
-        name: "scheduler",
-        ready: handle.ready.clone(),
-        stopped: handle.stopped.clone(),
-    };
-    process::serve(
-        leadership,
-        registry,
-        vec![component],
-        stop_tx,
+        lease,
         listener,
         signals,
+        async |client, slurm, registry, leader, stop| {
+            let (ready_tx, _) = watch::channel(false);
+            let handle = scheduler::run(
+                client,
+                slurm,
+                opts,
+                registry,
+                leader,
+                ready_tx,
+                until_true(stop),
+            )
+            .await;
+            (handle.ready, handle.stopped)
+        },
     )
     .await
 }

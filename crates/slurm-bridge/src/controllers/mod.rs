@@ -12,19 +12,23 @@ pub mod node;
 pub mod pod;
 pub mod state_loss;
 
-use crate::caches::{CacheOptions, Caches};
+use crate::caches::{CacheOptions, Caches, Change};
 use crate::config::Config;
 use crate::leader::until_leadership;
 use crate::slurm::Slurm;
 use crate::slurm::{Instrumented, NodeControl};
 use crate::sync::until_true;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::runtime::reflector::ObjectRef;
 use metrics::ControllerMetrics;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::watch;
 
 /// Interval of the state-loss census task ([`state_loss::StateLoss::run`]).
@@ -172,7 +176,7 @@ pub fn run_with<S: Slurm + NodeControl>(
                 tracing::info!("leading: running the controllers");
                 leading_tx.send_replace(true);
                 let (stop_tx, stop_rx) = watch::channel(false);
-                let node_changes = node_refs(caches.node_changes());
+                let node_changes = named_nodes(caches.node_changes(), node_ref);
                 let inputs = node::NodeInputs {
                     client: client.clone(),
                     slurm: caches.handles.slurm.clone(),
@@ -180,7 +184,7 @@ pub fn run_with<S: Slurm + NodeControl>(
                     nodes: caches.handles.nodes.clone(),
                     node_changes,
                     slices: caches.handles.slices.clone(),
-                    slice_changes: slice_node_refs(caches.slice_changes()),
+                    slice_changes: named_nodes(caches.slice_changes(), slice_node_ref),
                     state_loss: Some(state_loss_census.clone()),
                 };
                 let nodes = node::run(
@@ -258,41 +262,31 @@ pub fn run_with<S: Slurm + NodeControl>(
     }
 }
 
-/// The nodes that changed or went, as the node controller takes them.
-fn node_refs(
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<
-        crate::caches::Change<k8s_openapi::api::core::v1::Node>,
-    >,
-) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::Node>>
-+ Send
-+ 'static {
-    futures::stream::poll_fn(move |cx| changes.poll_recv(cx)).filter_map(|change| {
+/// The nodes a cache's changes name (`node` of each changed or deleted object), as the node
+/// controller takes them.
+fn named_nodes<K: Send + Sync + 'static>(
+    mut changes: UnboundedReceiver<Change<K>>,
+    node: fn(&K) -> Option<ObjectRef<Node>>,
+) -> impl futures::Stream<Item = ObjectRef<Node>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| changes.poll_recv(cx)).filter_map(move |change| {
         futures::future::ready(match change {
-            crate::caches::Change::Applied(n) | crate::caches::Change::Deleted(n) => {
-                Some(kube::runtime::reflector::ObjectRef::from_obj(&*n))
-            }
-            crate::caches::Change::Relisted => None,
+            Change::Applied(o) | Change::Deleted(o) => node(&o),
+            Change::Relisted => None,
         })
     })
 }
 
-/// The nodes whose ResourceSlices changed or went (slices without `spec.nodeName` name none).
-fn slice_node_refs(
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<
-        crate::caches::Change<k8s_openapi::api::resource::v1::ResourceSlice>,
-    >,
-) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<k8s_openapi::api::core::v1::Node>>
-+ Send
-+ 'static {
-    futures::stream::poll_fn(move |cx| changes.poll_recv(cx)).filter_map(|change| {
-        futures::future::ready(match change {
-            crate::caches::Change::Applied(s) | crate::caches::Change::Deleted(s) => s
-                .spec
-                .node_name
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .map(kube::runtime::reflector::ObjectRef::new),
-            crate::caches::Change::Relisted => None,
-        })
-    })
+/// A node names itself.
+fn node_ref(node: &Node) -> Option<ObjectRef<Node>> {
+    Some(ObjectRef::from_obj(node))
+}
+
+/// A ResourceSlice names its node (one without `spec.nodeName` names none).
+fn slice_node_ref(slice: &ResourceSlice) -> Option<ObjectRef<Node>> {
+    slice
+        .spec
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .map(ObjectRef::new)
 }

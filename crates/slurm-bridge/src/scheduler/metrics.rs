@@ -39,6 +39,9 @@ pub struct Metrics {
     allocated_at: Mutex<HashMap<u32, Instant>>,
 }
 
+/// The prefix of the scheduler's families.
+const PREFIX: &str = "slurm_bridge_scheduler";
+
 fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.005, 2.0, 16)
 }
@@ -66,7 +69,7 @@ impl Metrics {
             submitted_at: Mutex::new(HashMap::new()),
             allocated_at: Mutex::new(HashMap::new()),
         };
-        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
+        let r = registry.sub_registry_with_prefix(PREFIX);
         r.register("pods_bound", "Pods bound to a node", m.pods_bound.clone());
         r.register(
             "jobs_submitted",
@@ -174,7 +177,7 @@ impl LifecycleMetrics {
             passes: Counter::default(),
             leader: Gauge::default(),
         };
-        let r = registry.sub_registry_with_prefix("slurm_bridge_scheduler");
+        let r = registry.sub_registry_with_prefix(PREFIX);
         r.register(
             "reconcile_passes",
             "Reconcile passes started",

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use crate::config::{ConfigError, field_err as err, is_dns_label, type_name as kind};
+use crate::config::{ConfigError, field_err as err, is_dns_label, selector, type_err};
 use crate::wellknown::slurmjob;
 
 /// The job fields that decide who a job runs as, who pays, and how it ranks: a pod's author
@@ -141,7 +141,7 @@ fn slurm_name(field: &str, v: Value) -> Result<String, ConfigError> {
     let s = match v {
         Value::String(s) => s,
         Value::Number(n) if n.is_u64() => n.to_string(),
-        other => return Err(err(field, format!("got {}", kind(&other)), EXPECT_NAME)),
+        other => return Err(type_err(field, &other, EXPECT_NAME)),
     };
     if s.is_empty() || s.chars().any(char::is_whitespace) || s.contains(',') {
         return Err(err(
@@ -159,7 +159,7 @@ fn list(field: &str, v: Value, expected: &'static str) -> Result<Vec<Value>, Con
         Value::Array(items) => Ok(items),
         // One name for a list of one.
         Value::String(s) => Ok(vec![Value::String(s)]),
-        other => Err(err(field, format!("got {}", kind(&other)), expected)),
+        other => Err(type_err(field, &other, expected)),
     }
 }
 
@@ -179,7 +179,7 @@ fn names(field: &str, v: Value) -> Result<Vec<String>, ConfigError> {
 pub fn parse(at: &str, v: Value, needs_namespaces: bool) -> Result<Tenant, ConfigError> {
     let map = match v {
         Value::Object(m) => m,
-        other => return Err(err(at, format!("got {}", kind(&other)), EXPECT_TENANT)),
+        other => return Err(type_err(at, &other, EXPECT_TENANT)),
     };
     let mut t = Tenant {
         name: at.to_string(),
@@ -207,12 +207,7 @@ pub fn parse(at: &str, v: Value, needs_namespaces: bool) -> Result<Tenant, Confi
                 }
             }
             "namespaceselector" => {
-                const EXPECTED: &str = "a label selector: {matchLabels: {key: value}, matchExpressions: [{key, operator, values}]}";
-                if !value.is_object() {
-                    return Err(err(&field, format!("got {}", kind(&value)), EXPECTED));
-                }
-                let sel: LabelSelector = serde_json::from_value(value)
-                    .map_err(|e| err(&field, e.to_string(), EXPECTED))?;
+                let sel = selector(&field, value)?;
                 if kube::core::Selector::try_from(sel.clone()).is_err() {
                     return Err(err(
                         &field,
@@ -230,11 +225,7 @@ pub fn parse(at: &str, v: Value, needs_namespaces: bool) -> Result<Tenant, Confi
             "allowannotations" => {
                 for (i, item) in list(&field, value, EXPECT_ALLOW)?.into_iter().enumerate() {
                     let Value::String(s) = item else {
-                        return Err(err(
-                            &format!("{field}[{i}]"),
-                            format!("got {}", kind(&item)),
-                            EXPECT_ALLOW,
-                        ));
+                        return Err(type_err(&format!("{field}[{i}]"), &item, EXPECT_ALLOW));
                     };
                     if s == "*" {
                         t.allow_annotations.extend(PolicyKey::ALL);
@@ -280,11 +271,7 @@ pub fn parse_list(key: &str, v: Value) -> Result<Vec<Tenant>, ConfigError> {
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
         other => {
-            return Err(err(
-                key,
-                format!("got {}", kind(&other)),
-                "a list of tenants",
-            ));
+            return Err(type_err(key, &other, "a list of tenants"));
         }
     };
     let mut out: Vec<Tenant> = Vec::new();

@@ -8,6 +8,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
+use slurm_bridge::controllers::metrics::ControllerMetrics;
 use slurm_bridge::controllers::node::slurm_view::CONDITION_TYPE;
 use slurm_bridge::controllers::node::{self, NodeControllerOptions, NodeInputs, NodeMetrics};
 use slurm_bridge::slurm::NodeControl;
@@ -59,7 +60,9 @@ impl Harness {
         let rest = e2e::rest_client(&slurm);
         before(&slurm, &kube_env);
         let mut registry = Registry::default();
-        let metrics = NodeMetrics::new(&mut registry);
+        // The families as the controllers process registers them (`controllers::run_with`).
+        let controllers = ControllerMetrics::new(&mut registry);
+        let metrics = NodeMetrics::with_reconcile(&mut registry, controllers.reconcile.clone());
         let (stop, _) = watch::channel(false);
         let mut h = Harness {
             slurm,

@@ -272,21 +272,9 @@ impl SelfManaged {
     /// The files only (steps 1 and 3, no API server): makes what is missing or due. Used at
     /// start-up before the server loads its certificate.
     pub fn ensure_files(&self, now: SystemTime) -> Result<PassOutcome, CertError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| CertError::Io {
-            action: "creating",
-            path: self.dir.display().to_string(),
-            source,
-        })?;
+        self.create_dir()?;
         let (ca, ca_rotated) = self.ensure_ca(now)?;
-        let serving_rotated = !self.serving_ok(&ca, now + self.renew_before);
-        if serving_rotated {
-            self.issue_serving(&ca, now)?;
-        }
-        Ok(PassOutcome {
-            ca_rotated,
-            serving_rotated,
-            configurations_updated: 0,
-        })
+        self.ensure_serving(&ca, ca_rotated, now)
     }
 
     /// As [`SelfManaged::ensure_files`], with the CA taken from (or published to) the shared
@@ -308,9 +296,20 @@ impl SelfManaged {
         };
         self.create_dir()?;
         let (ca, ca_rotated) = self.ensure_shared_ca(client, shared, now).await?;
-        let serving_rotated = !self.serving_ok(&ca, now + self.renew_before);
+        self.ensure_serving(&ca, ca_rotated, now)
+    }
+
+    /// At start-up, with the CA `ca` in place (`ca_rotated`: made anew): issues the serving
+    /// certificate when it is missing or due, without waiting for a caBundle sync.
+    fn ensure_serving(
+        &self,
+        ca: &Ca,
+        ca_rotated: bool,
+        now: SystemTime,
+    ) -> Result<PassOutcome, CertError> {
+        let serving_rotated = !self.serving_ok(ca, now + self.renew_before);
         if serving_rotated {
-            self.issue_serving(&ca, now)?;
+            self.issue_serving(ca, now)?;
         }
         Ok(PassOutcome {
             ca_rotated,

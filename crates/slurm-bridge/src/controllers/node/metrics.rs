@@ -4,17 +4,13 @@
 //!
 //! The reconcile families are shared by every controller of a process: pass the controllers'
 //! [`crate::controllers::metrics::ReconcileMetrics`] to [`NodeMetrics::with_reconcile`] so one
-//! registry does not get them twice; [`NodeMetrics::new`] registers families of its own (for a
-//! registry without the controllers' metrics, e.g. tests).
+//! registry does not get them twice.
 
-use crate::controllers::metrics::ReconcileMetrics;
+use crate::controllers::metrics::{ControllerMetrics, ReconcileMetrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Prefix of every controllers metric.
-pub const PREFIX: &str = "slurm_bridge_controllers";
 
 /// The node controller's metrics.
 pub struct NodeMetrics {
@@ -31,12 +27,6 @@ pub struct NodeMetrics {
 pub const CONTROLLER: &str = "node";
 
 impl NodeMetrics {
-    /// Creates the metrics, with reconcile families of their own, and registers them.
-    pub fn new(registry: &mut Registry) -> Arc<Self> {
-        let reconcile = ReconcileMetrics::register(registry.sub_registry_with_prefix(PREFIX));
-        Self::with_reconcile(registry, reconcile)
-    }
-
     /// Counts and times one pass that started at `started`.
     pub fn observe(&self, started: Instant, ok: bool) {
         self.reconcile.observe(CONTROLLER, started, ok)
@@ -51,7 +41,7 @@ impl NodeMetrics {
             nodes_removed: Counter::default(),
             reconcile,
         };
-        let r = registry.sub_registry_with_prefix(PREFIX);
+        let r = registry.sub_registry_with_prefix(ControllerMetrics::PREFIX);
         r.register(
             "nodes_registered",
             "Kubernetes nodes registered in Slurm as external nodes",
@@ -78,7 +68,8 @@ mod tests {
     #[test]
     fn exported_names() {
         let mut registry = Registry::default();
-        let m = NodeMetrics::new(&mut registry);
+        let controllers = ControllerMetrics::new(&mut registry);
+        let m = NodeMetrics::with_reconcile(&mut registry, controllers.reconcile.clone());
         m.nodes_registered.inc();
         m.observe(Instant::now(), false);
         let mut text = String::new();

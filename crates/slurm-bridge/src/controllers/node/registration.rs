@@ -24,9 +24,10 @@ use crate::resources::quantity::{Quantity, QuantityError};
 use crate::wellknown::{
     ANNOTATION_EXTERNAL_NODE_PARTITIONS, ANNOTATION_TOPOLOGY_SPEC, DEVICE_PLUGIN_GPUS,
 };
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use slurm_rest::models::{Node as SlurmNode, UpdateNodeMsg};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 const MIB: i128 = 1024 * 1024;
 
@@ -117,11 +118,16 @@ pub fn missing_partitions(wanted: &[String], existing: &[String]) -> Vec<String>
         .collect()
 }
 
-fn capacity(node: &Node, resource: &str) -> Result<Option<Quantity>, DesiredError> {
+/// `resource` in one of the node status's quantity maps (`capacity`, `allocatable`), parsed.
+fn status_quantity(
+    node: &Node,
+    map: impl FnOnce(&NodeStatus) -> Option<&BTreeMap<String, K8sQuantity>>,
+    resource: &str,
+) -> Result<Option<Quantity>, DesiredError> {
     node.status
         .as_ref()
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get(resource))
+        .and_then(map)
+        .and_then(|m| m.get(resource))
         .map(|q| {
             Quantity::from_k8s(q).map_err(|source| DesiredError::Quantity {
                 resource: resource.to_string(),
@@ -131,21 +137,14 @@ fn capacity(node: &Node, resource: &str) -> Result<Option<Quantity>, DesiredErro
         .transpose()
 }
 
+fn capacity(node: &Node, resource: &str) -> Result<Option<Quantity>, DesiredError> {
+    status_quantity(node, |s| s.capacity.as_ref(), resource)
+}
+
 /// The kubelet's `allocatable` of `resource` (what it admits pods within), else `capacity`;
 /// true when it came from allocatable.
 fn allocatable(node: &Node, resource: &str) -> Result<Option<(Quantity, bool)>, DesiredError> {
-    let from_allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .and_then(|a| a.get(resource))
-        .map(|q| {
-            Quantity::from_k8s(q).map_err(|source| DesiredError::Quantity {
-                resource: resource.to_string(),
-                source,
-            })
-        })
-        .transpose()?;
+    let from_allocatable = status_quantity(node, |s| s.allocatable.as_ref(), resource)?;
     match from_allocatable {
         Some(q) => Ok(Some((q, true))),
         None => Ok(capacity(node, resource)?.map(|q| (q, false))),

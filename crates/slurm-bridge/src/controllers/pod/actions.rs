@@ -184,21 +184,28 @@ pub async fn release<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod) -> Result<(), PodErro
 /// `pods/status` patch of the `SlurmJobLost` condition, as counted in the write metrics.
 const WRITE_JOB_LOST: &str = "job_lost";
 
-/// Sets the pod condition `SlurmJobLost`; false when the pod is gone.
-async fn set_lost_condition<S: Slurm>(
+/// Sets the pod condition `SlurmJobLost` (`held`: True) with `reason` and `text`, then
+/// publishes `text` as an Event (Warning when held), unless the pod is gone.
+async fn mark_lost<S: Slurm>(
     ctx: &PodCtx<S>,
     pod: &Pod,
     held: bool,
     reason: &str,
-    message: &str,
-) -> Result<bool, PodError> {
+    text: String,
+) -> Result<(), PodError> {
     let condition = (
         crate::controllers::state_loss::CONDITION,
         held,
         reason,
-        message,
+        text.as_str(),
     );
-    patch_condition(ctx, pod, condition, WRITE_JOB_LOST).await
+    if !patch_condition(ctx, pod, condition, WRITE_JOB_LOST).await? {
+        return Ok(());
+    }
+    ctx.writer
+        .event_for("Keeping", &ctx.metrics.kube_writes, pod, held, reason, text)
+        .await;
+    Ok(())
 }
 
 /// Sets one pod condition, `(type, status, reason, message)`, counted as a `write` of that
@@ -248,20 +255,7 @@ pub async fn hold<S: Slurm>(
     use crate::controllers::state_loss::REASON_HELD;
     let text = census.message(job_id);
     tracing::warn!(pod = %super::pod_key(pod), job_id, "keeping pod: {text}");
-    if !set_lost_condition(ctx, pod, true, REASON_HELD, &text).await? {
-        return Ok(());
-    }
-    ctx.writer
-        .event_for(
-            "Keeping",
-            &ctx.metrics.kube_writes,
-            pod,
-            true,
-            REASON_HELD,
-            text,
-        )
-        .await;
-    Ok(())
+    mark_lost(ctx, pod, true, REASON_HELD, text).await
 }
 
 /// Lifts the hold of a pod whose job Slurm knows again: `SlurmJobLost=False` and a Normal
@@ -270,18 +264,5 @@ pub async fn unhold<S: Slurm>(ctx: &PodCtx<S>, pod: &Pod, job_id: u32) -> Result
     use crate::controllers::state_loss::REASON_FOUND;
     let text = format!("Slurm knows job {job_id} again: the pod is no longer held");
     tracing::info!(pod = %super::pod_key(pod), job_id, "{text}");
-    if !set_lost_condition(ctx, pod, false, REASON_FOUND, &text).await? {
-        return Ok(());
-    }
-    ctx.writer
-        .event_for(
-            "Keeping",
-            &ctx.metrics.kube_writes,
-            pod,
-            false,
-            REASON_FOUND,
-            text,
-        )
-        .await;
-    Ok(())
+    mark_lost(ctx, pod, false, REASON_FOUND, text).await
 }

@@ -4,7 +4,7 @@
 
 use super::super::crd::{JobSet, LeaderWorkerSet};
 use super::super::kind;
-use super::super::reader::{ObjectRef, ReadError, decode, labels_match};
+use super::super::reader::{ObjectRef, decode, labels_match};
 use super::{ManifestError, ManifestReader, fake_uid, fnv};
 use crate::wellknown as wk;
 use k8s_openapi::api::batch::v1::Job;
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 
 /// The 5-character random-looking suffix Kubernetes appends to generated names.
@@ -42,70 +43,70 @@ impl ManifestReader {
     /// Create the Jobs of JobSets and the pods of Jobs and LeaderWorkerSets that came
     /// without them. Returns one note per generated set, and any problem.
     pub fn generate_controller_pods(&mut self) -> (Vec<String>, Vec<ManifestError>) {
-        let mut notes = Vec::new();
-        let mut errors = Vec::new();
-        let invalid = |r: &ObjectRef, e: ReadError| ManifestError::Invalid {
-            source_name: "manifests".into(),
-            index: 0,
-            message: format!("{r}: {e}"),
-        };
+        let mut out = (Vec::new(), Vec::new());
+        self.generate_for(
+            kind::JOBSET,
+            |m, r| m.has_controlled(kind::JOB, r),
+            Self::generate_jobset_jobs,
+            |r, n| format!("generated {n} Job(s) for {r}"),
+            &mut out,
+        );
+        self.generate_for(
+            kind::JOB,
+            |m, r| m.has_controlled(kind::POD, r),
+            Self::generate_job_pods,
+            |r, n| match n {
+                0 => format!("{r} is suspended or has no parallelism: no pods generated"),
+                n => format!("generated {n} pod(s) for {r}"),
+            },
+            &mut out,
+        );
+        self.generate_for(
+            kind::LWS,
+            |m, r| {
+                let want = BTreeMap::from([(wk::LABEL_LWS_NAME.to_string(), r.name.clone())]);
+                m.of_kind(kind::POD).any(|(pr, pd)| {
+                    pr.namespace == r.namespace && labels_match(pd.metadata.labels.as_ref(), &want)
+                })
+            },
+            Self::generate_lws_pods,
+            |r, n| format!("generated {n} pod(s) for {r}"),
+            &mut out,
+        );
+        out
+    }
 
-        let jobsets: Vec<(ObjectRef, DynamicObject)> = self
-            .of_kind(kind::JOBSET)
+    /// For every object of kind `owner` held now that has no children yet (`has_children`):
+    /// decodes it as `T` and makes its children with `generate`, adding `note` of the count to
+    /// the notes in `out`, or the problems to its errors.
+    fn generate_for<T: DeserializeOwned>(
+        &mut self,
+        owner: (&str, &str),
+        has_children: impl Fn(&Self, &ObjectRef) -> bool,
+        generate: impl Fn(&mut Self, &T) -> Result<usize, Vec<ManifestError>>,
+        note: impl Fn(&ObjectRef, usize) -> String,
+        (notes, errors): &mut (Vec<String>, Vec<ManifestError>),
+    ) {
+        let owners: Vec<(ObjectRef, DynamicObject)> = self
+            .of_kind(owner)
             .map(|(r, d)| (r.clone(), d.clone()))
             .collect();
-        for (r, d) in jobsets {
-            if self.has_controlled(kind::JOB, &r) {
+        for (r, d) in owners {
+            if has_children(self, &r) {
                 continue;
             }
-            match decode::<JobSet>(&d, &r) {
-                Ok(js) => match self.generate_jobset_jobs(&js) {
-                    Ok(n) => notes.push(format!("generated {n} Job(s) for {r}")),
+            match decode::<T>(&d, &r) {
+                Ok(object) => match generate(self, &object) {
+                    Ok(n) => notes.push(note(&r, n)),
                     Err(e) => errors.extend(e),
                 },
-                Err(e) => errors.push(invalid(&r, e)),
+                Err(e) => errors.push(ManifestError::Invalid {
+                    source_name: "manifests".into(),
+                    index: 0,
+                    message: format!("{r}: {e}"),
+                }),
             }
         }
-        let jobs: Vec<(ObjectRef, DynamicObject)> = self
-            .of_kind(kind::JOB)
-            .map(|(r, d)| (r.clone(), d.clone()))
-            .collect();
-        for (r, d) in jobs {
-            if self.has_controlled(kind::POD, &r) {
-                continue;
-            }
-            match decode::<Job>(&d, &r) {
-                Ok(job) => match self.generate_job_pods(&job) {
-                    Ok(0) => notes.push(format!(
-                        "{r} is suspended or has no parallelism: no pods generated"
-                    )),
-                    Ok(n) => notes.push(format!("generated {n} pod(s) for {r}")),
-                    Err(e) => errors.extend(e),
-                },
-                Err(e) => errors.push(invalid(&r, e)),
-            }
-        }
-        let sets: Vec<(ObjectRef, DynamicObject)> = self
-            .of_kind(kind::LWS)
-            .map(|(r, d)| (r.clone(), d.clone()))
-            .collect();
-        for (r, d) in sets {
-            let want = BTreeMap::from([(wk::LABEL_LWS_NAME.to_string(), r.name.clone())]);
-            let has_pods = self.of_kind(kind::POD).any(|(pr, pd)| {
-                pr.namespace == r.namespace && labels_match(pd.metadata.labels.as_ref(), &want)
-            });
-            if has_pods {
-                continue;
-            }
-            match decode::<LeaderWorkerSet>(&d, &r) {
-                Ok(lws) => match self.generate_lws_pods(&lws) {
-                    Ok(n) => notes.push(format!("generated {n} pod(s) for {r}")),
-                    Err(e) => errors.extend(e),
-                },
-                Err(e) => errors.push(invalid(&r, e)),
-            }
-        }
-        (notes, errors)
     }
 
     fn generate_jobset_jobs(&mut self, js: &JobSet) -> Result<usize, Vec<ManifestError>> {
