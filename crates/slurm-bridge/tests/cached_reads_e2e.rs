@@ -4,9 +4,13 @@
 //! at all; what the caches cannot answer yet is read live. Prints the API server's GET and LIST
 //! requests per pass, live against cached (docs/performance.md).
 
+#[allow(dead_code)]
+#[path = "e2e/poll.rs"]
+mod poll;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
@@ -138,11 +142,7 @@ fn pod_cache(client: &kube::Client) -> (Store<Pod>, PodGroupIndex, tokio::task::
 }
 
 async fn wait_until(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll::wait_until(what, Duration::from_secs(90), async || check()).await
 }
 
 fn same(a: &Translation, b: &Translation, pod: &str) {

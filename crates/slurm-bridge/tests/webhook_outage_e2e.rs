@@ -14,6 +14,10 @@
 //! - a pod naming the bridge scheduler is the bridge's in any namespace: its CREATE and UPDATE
 //!   follow `failurePolicy`.
 
+#[allow(dead_code)]
+#[path = "e2e/poll.rs"]
+mod poll;
+
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -154,13 +158,9 @@ async fn wait_default_account(client: &kube::Client, ns: &str) {
     }
 }
 
-/// Polls `check` every 100 ms until it holds, at most 20 s.
-async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what} within 20 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// [`poll::wait_until`] for at most 20 s.
+async fn wait_for(what: &str, check: impl AsyncFnMut() -> bool) {
+    poll::wait_until(what, Duration::from_secs(20), check).await
 }
 
 struct Variant {

@@ -12,6 +12,7 @@ mod gated;
 pub mod helm;
 mod invariants;
 mod objects;
+mod poll;
 mod process;
 pub mod tenants;
 mod waits;
@@ -29,9 +30,11 @@ pub use objects::{
     scheduled_condition, sleeper, terminated,
 };
 #[allow(unused_imports)]
+pub use poll::{wait_for, wait_some, wait_until};
+#[allow(unused_imports)]
 pub use process::{free_port, spawn_run, temp_dir, terminate, write_config};
 #[allow(unused_imports)]
-pub use waits::{create_retrying, wait_for, wait_phase, wait_some, wait_until};
+pub use waits::{create_retrying, wait_phase};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
