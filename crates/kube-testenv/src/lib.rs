@@ -24,6 +24,7 @@ mod kubeconfig;
 mod launcher;
 pub mod paths;
 mod pki;
+pub mod pod_state;
 mod ports;
 pub mod realnodes;
 mod workloads;

@@ -59,16 +59,7 @@ fn phase(p: &Pod) -> String {
 }
 
 fn exit_code(p: &Pod) -> Option<i32> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()
-        .map(|t| t.exit_code)
+    kube_testenv::pod_state::first_termination(p).map(|t| t.exit_code)
 }
 
 fn internal_ip(n: &Node) -> String {

@@ -8,10 +8,9 @@ use e2e::{Env, Gated, SlurmWrites, pod};
 use kube::runtime::reflector::ObjectRef;
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use slurm_bridge::caches::Caches;
 use slurm_bridge::scheduler::SchedulerOptions;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -124,7 +123,12 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         async || caches.handles.pods.get(&key).is_some(),
     )
     .await;
-    wait_polls(&caches, 5).await;
+    wait_advance(
+        "polls of the job watcher",
+        &caches.handles.jobs.stats.polls,
+        5,
+    )
+    .await;
     let handle = env.handle().clone();
     assert!(!*handle.leading.borrow());
     // No pass at all (no polling), no Slurm write, no Kubernetes write...
@@ -149,14 +153,14 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
     env.assert_consistent().await;
 }
 
-/// Waits until the job watcher of `caches` has made `n` more polls of Slurm from now.
-async fn wait_polls<S: slurm_bridge::slurm::Slurm>(caches: &Caches<S>, n: u64) {
-    let polls = &caches.handles.jobs.stats.polls;
-    let target = polls.load(Ordering::Relaxed) + n;
+/// Waits until `counter` has advanced by `n` from now: proof that what counts it (the job
+/// watcher's polls, the scheduler's Slurm calls: every 200 ms, leading or not) has run since.
+async fn wait_advance(what: &str, counter: &AtomicU64, n: u64) {
+    let target = counter.load(Ordering::Relaxed) + n;
     e2e::wait_until(
-        &format!("{n} more polls of the job watcher"),
+        &format!("{n} more {what}"),
         Duration::from_secs(60),
-        async || polls.load(Ordering::Relaxed) >= target,
+        async || counter.load(Ordering::Relaxed) >= target,
     )
     .await;
 }
@@ -197,7 +201,12 @@ async fn a_scheduler_that_loses_leadership_mid_pass_aborts_it() {
     );
     // Nor did anything else start since: the scheduler has polled Slurm 5 more times (1 s at its
     // 200 ms job poll) with nothing written.
-    wait_slurm_calls(env.handle(), 5).await;
+    wait_advance(
+        "Slurm calls of the scheduler",
+        &env.handle().metrics.slurm_calls,
+        5,
+    )
+    .await;
     assert_eq!(
         *writes.submits_entered.borrow(),
         1,
@@ -295,19 +304,6 @@ async fn sigterm_lets_the_pass_in_flight_finish_with_readiness_false_first() {
         .await;
     assert_eq!(env.slurm_job_ids(), ids);
     env.assert_consistent().await;
-}
-
-/// Waits until the scheduler has made `n` more Slurm calls from now (its job watcher polls every
-/// 200 ms, leading or not): proof that it has run that long since.
-async fn wait_slurm_calls(handle: &slurm_bridge::scheduler::SchedulerHandle, n: u64) {
-    let calls = &handle.metrics.slurm_calls;
-    let target = calls.load(Ordering::Relaxed) + n;
-    e2e::wait_until(
-        &format!("{n} more Slurm calls of the scheduler"),
-        Duration::from_secs(60),
-        async || calls.load(Ordering::Relaxed) >= target,
-    )
-    .await;
 }
 
 /// GET `path` of the probe port: status and body (slurm-testenv's blocking client, off the

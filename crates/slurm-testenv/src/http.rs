@@ -68,17 +68,6 @@ impl Default for Client {
     }
 }
 
-/// `request` with [`Client::default`]'s timeouts.
-pub fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> io::Result<Response> {
-    Client::default().request(addr, method, path, headers, body)
-}
-
 /// `GET path` with [`Client::default`]'s timeouts.
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
     Client::default().get(addr, path, headers)
@@ -432,14 +421,15 @@ mod tests {
     #[test]
     fn the_request_is_one_piece_with_its_body_and_length() {
         let (addr, requests) = serve(&[b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]);
-        let r = request(
-            addr,
-            "PUT",
-            "/faults",
-            &[("Host", "example"), ("Content-Type", "application/json")],
-            b"{\"a\":1}",
-        )
-        .unwrap();
+        let r = Client::default()
+            .request(
+                addr,
+                "PUT",
+                "/faults",
+                &[("Host", "example"), ("Content-Type", "application/json")],
+                b"{\"a\":1}",
+            )
+            .unwrap();
         assert_eq!((r.status, r.body.len()), (200, 0));
         let sent = String::from_utf8(requests.recv().unwrap()).unwrap();
         assert_eq!(

@@ -96,16 +96,7 @@ pub fn phase(pod: &Pod) -> String {
 
 /// Exit code, reason, startedAt and finishedAt of the first container's termination.
 pub fn termination(pod: &Pod) -> Option<(i32, String, Duration)> {
-    let t = pod
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .clone()?;
+    let t = kube_testenv::pod_state::first_termination(pod)?.clone();
     let ran = match (&t.started_at, &t.finished_at) {
         (Some(s), Some(f)) => Duration::from_secs((f.0 - s.0).get_seconds().max(0) as u64),
         _ => Duration::ZERO,

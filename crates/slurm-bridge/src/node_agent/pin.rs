@@ -163,22 +163,8 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::cpumap::{CpuInfo, CpuMap};
     use crate::workload::admin_comment::AdminComment;
     use slurm_rest::models::JobState;
-
-    fn topology(cores: i64) -> Topology {
-        Topology {
-            cpus: CpuMap::new((0..cores).map(|c| CpuInfo {
-                name: format!("cpu{c}"),
-                cpu_id: c,
-                core_id: c,
-                socket_id: 0,
-                core_type: 0,
-            })),
-            numa: Default::default(),
-        }
-    }
 
     fn pod(label: Option<&str>) -> PodFacts {
         PodFacts {
@@ -216,7 +202,7 @@ mod tests {
             Some(&found("u1", JobState::Running, "0x6")),
             None,
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert_eq!(
@@ -245,7 +231,7 @@ mod tests {
                 Some(&lookup),
                 None,
                 "node-1",
-                &topology(4),
+                &Topology::flat(4),
                 &Unmanaged::Leave,
             );
             assert!(
@@ -258,7 +244,7 @@ mod tests {
             None,
             None,
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Cpus(BTreeSet::from([3])),
         );
         assert!(matches!(&d, Pin::Cpus { cpus, job_id: None, .. } if cpus == &BTreeSet::from([3])));
@@ -267,7 +253,7 @@ mod tests {
             None,
             None,
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert!(
@@ -296,7 +282,7 @@ mod tests {
                 Some(&lookup),
                 None,
                 "node-1",
-                &topology(4),
+                &Topology::flat(4),
                 &Unmanaged::Leave,
             );
             assert!(
@@ -309,7 +295,7 @@ mod tests {
             Some(&found("u1", JobState::Running, "0x1")),
             None,
             "node-2",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert!(
@@ -327,7 +313,7 @@ mod tests {
             Some(&job),
             Some(&BTreeSet::from([2])),
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert_eq!(
@@ -345,7 +331,7 @@ mod tests {
                 Some(&job),
                 claimed.as_ref(),
                 "node-1",
-                &topology(4),
+                &Topology::flat(4),
                 &Unmanaged::Leave,
             );
             assert!(
@@ -359,7 +345,7 @@ mod tests {
             Some(&job),
             Some(&BTreeSet::from([0, 2])),
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert!(
@@ -372,7 +358,7 @@ mod tests {
             None,
             Some(&BTreeSet::from([2])),
             "node-1",
-            &topology(4),
+            &Topology::flat(4),
             &Unmanaged::Leave,
         );
         assert!(matches!(&d, Pin::Leave { .. }), "{d:?}");

@@ -277,7 +277,6 @@ pub async fn serve<S: SlurmJobs>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::cpumap::{CpuInfo, CpuMap};
     use crate::workload::admin_comment::AdminComment;
     use slurm_rest::models::{JobInfo, JobState, JobStateEntry, NodeResourceLayout};
 
@@ -317,17 +316,13 @@ mod tests {
     }
 
     fn agent(slurm: Arc<OneJob>) -> Agent<Arc<OneJob>> {
-        let topology = Topology {
-            cpus: CpuMap::new((0..2).map(|c| CpuInfo {
-                name: format!("cpu{c}"),
-                cpu_id: c,
-                core_id: c,
-                socket_id: 0,
-                core_type: 0,
-            })),
-            numa: Default::default(),
-        };
-        Agent::new(slurm, None, "node-1".into(), topology, Unmanaged::Leave)
+        Agent::new(
+            slurm,
+            None,
+            "node-1".into(),
+            Topology::flat(2),
+            Unmanaged::Leave,
+        )
     }
 
     fn pod(uid: &str) -> PodFacts {

@@ -27,6 +27,21 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// For tests: `cpus` CPUs, each its own core, on one socket and no NUMA node.
+    #[cfg(test)]
+    pub(crate) fn flat(cpus: i64) -> Topology {
+        Topology {
+            cpus: CpuMap::new((0..cpus).map(|c| CpuInfo {
+                name: format!("cpu{c}"),
+                cpu_id: c,
+                core_id: c,
+                socket_id: 0,
+                core_type: 0,
+            })),
+            numa: Default::default(),
+        }
+    }
+
     /// Reads `<root>/devices/system/cpu` (`root` is `/sys` on a node; tests give a copy).
     /// Efficiency cores are those `<root>/devices/cpu_atom/cpus` lists, as Slurm skips them.
     pub fn read(root: &Path) -> Result<Topology, TopologyError> {

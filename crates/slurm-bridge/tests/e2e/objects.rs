@@ -123,15 +123,6 @@ pub fn allocated(
 
 /// The first container's terminated state: (exit code, reason).
 pub fn terminated(p: &Pod) -> Option<(i32, String)> {
-    let s = p
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?;
+    let s = kube_testenv::pod_state::first_termination(p)?;
     Some((s.exit_code, s.reason.clone().unwrap_or_default()))
 }

@@ -151,21 +151,7 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::cpumap::{CpuInfo, CpuMap};
     use serde_json::json;
-
-    fn topology() -> Topology {
-        Topology {
-            cpus: CpuMap::new((0..4).map(|c| CpuInfo {
-                name: format!("cpu{c}"),
-                cpu_id: c,
-                core_id: c,
-                socket_id: 0,
-                core_type: 0,
-            })),
-            numa: Default::default(),
-        }
-    }
 
     fn claim(results: serde_json::Value, node: &str) -> ResourceClaim {
         serde_json::from_value(json!({
@@ -197,7 +183,7 @@ mod tests {
             ]),
             "node-1",
         );
-        let p = prepare(&c, "c1", "node-1", &topology()).unwrap();
+        let p = prepare(&c, "c1", "node-1", &Topology::flat(4)).unwrap();
         assert_eq!(p.cpus, BTreeSet::from([1, 3]));
         assert_eq!(p.pod_uids, BTreeSet::from(["pod-uid".to_string()]));
         assert_eq!(p.devices.len(), 2);
@@ -209,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_claim_that_is_not_this_nodes_is_refused() {
-        let t = topology();
+        let t = Topology::flat(4);
         let ok = json!([result("cpu1", "node-1", "dra.cpu")]);
         let cases = [
             (claim(ok.clone(), "node-1"), "c2", "uid c1"),
