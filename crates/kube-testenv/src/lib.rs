@@ -36,7 +36,7 @@ pub use faults::Daemon;
 pub use instance::{
     FEATURE_GATES, Instance, InstanceOptions, client_for, sweep_stale, validate_name,
 };
-pub use realnodes::{IMAGE, KubeletDirs};
+pub use realnodes::{CDI_DIR, IMAGE, KubeletDirs, NRI_SOCKET};
 
 /// Builds every binary an instance may need (kube-scheduler included; with `workloads`, the
 /// JobSet, LWS, Trainer and Kueue controllers too); returns their folders.

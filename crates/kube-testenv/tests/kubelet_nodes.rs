@@ -157,6 +157,58 @@ async fn kubelet_node_runs_containers_beside_a_simulated_node() {
     let simulated = ended(&pods, "simulated").await;
     assert_eq!(phase(&simulated), "Succeeded");
 
+    // containerd's NRI socket and CDI folder where a site has them: a DaemonSet-style pod's
+    // hostPath volumes of /var/run/nri and /var/run/cdi find the socket and the specs a driver
+    // on the host wrote into `kubelet_dirs(node).cdi`; a plugin on the host connects through
+    // KUBE_TESTENV_NRI_DIR/<node>.sock.
+    let nri = inst.nri_socket("node-1").expect("node-1's NRI socket");
+    assert!(
+        inst.env_lines().contains(&format!(
+            "KUBE_TESTENV_NRI_DIR={}\n",
+            nri.parent().unwrap().display()
+        )),
+        "{}",
+        inst.env_lines()
+    );
+    std::os::unix::net::UnixStream::connect(&nri)
+        .unwrap_or_else(|e| panic!("connect {}: {e}", nri.display()));
+    let cdi = inst.kubelet_dirs("node-1").expect("kubelet node-1").cdi;
+    std::fs::write(cdi.join("from-the-host.json"), "{}").unwrap();
+    let mut host_paths = pod(
+        "host-paths",
+        "node-1",
+        image,
+        "test -S /nri/nri.sock && echo nri=socket; ls /cdi",
+    );
+    let spec = host_paths.spec.as_mut().unwrap();
+    spec.volumes = Some(
+        serde_json::from_value(json!([
+            {"name": "nri", "hostPath": {"path": "/var/run/nri", "type": "Directory"}},
+            {"name": "cdi", "hostPath": {"path": "/var/run/cdi", "type": "Directory"}},
+        ]))
+        .unwrap(),
+    );
+    spec.containers[0].volume_mounts = Some(
+        serde_json::from_value(json!([
+            {"name": "nri", "mountPath": "/nri"},
+            {"name": "cdi", "mountPath": "/cdi"},
+        ]))
+        .unwrap(),
+    );
+    pods.create(&pp, &host_paths)
+        .await
+        .expect("create host-paths");
+    let seen = ended(&pods, "host-paths").await;
+    let logs = pods
+        .logs("host-paths", &LogParams::default())
+        .await
+        .unwrap_or_default();
+    assert_eq!(phase(&seen), "Succeeded", "{logs}");
+    assert_eq!(
+        logs.lines().collect::<Vec<_>>(),
+        ["nri=socket", "from-the-host.json"]
+    );
+
     // The trapping pod runs; deleting it sends SIGTERM, which it answers at once, well within
     // its 30 s grace period.
     eventually("pod trap to print started", common::TIMEOUT, || async {

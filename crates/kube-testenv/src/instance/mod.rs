@@ -379,7 +379,9 @@ impl Instance {
     }
 
     /// The NRI socket of kubelet node `node`'s containerd (`<dir>/nri/<node>.sock`, in the
-    /// folder `up` prints as `KUBE_TESTENV_NRI_DIR`), where an NRI plugin connects to adjust the
+    /// folder `up` prints as `KUBE_TESTENV_NRI_DIR`: a symlink to the socket containerd creates
+    /// at `/var/run/nri/nri.sock` in the node's mount namespace, [`crate::NRI_SOCKET`],
+    /// where a DaemonSet's hostPath finds it), where an NRI plugin connects to adjust the
     /// node's containers; `None` when `node` is not a kubelet node.
     pub fn nri_socket(&self, node: &str) -> Option<PathBuf> {
         self.kubelet
@@ -470,8 +472,8 @@ pub(crate) fn env_lines(dir: &Path) -> String {
     format!("{kubelet}KUBECONFIG={}\n", dir.join("kubeconfig").display())
 }
 
-/// The folder of the kubelet nodes' NRI sockets, `<node>.sock` each (containerd's
-/// `socket_path`, written by realnodes).
+/// The folder of the kubelet nodes' NRI sockets, `<node>.sock` each (symlinks realnodes makes
+/// to the socket of each node's containerd).
 fn nri_dir(dir: &Path) -> PathBuf {
     dir.join("nri")
 }

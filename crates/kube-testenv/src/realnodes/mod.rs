@@ -8,8 +8,10 @@
 //! `kt<slot>n<i>`. containerd and kubelet share a mount namespace of their own (`unshare`, then
 //! `nsenter`): private folders are bound over the host paths kubelet and containerd hard-code
 //! (`/var/lib/kubelet`, `/var/log/pods`, `/var/log/containers`, `/run/containerd`,
-//! `/var/lib/cni`), and files holding the values kubelet wants over the sysctls it would
-//! otherwise change on the host; every mount they make goes away with the namespace.
+//! `/var/lib/cni`) and over the standard paths of containerd's NRI socket (`/run/nri`) and CDI
+//! specs (`/run/cdi`), so a DaemonSet's hostPath finds them where a site has them; files
+//! holding the values kubelet wants are bound over the sysctls it would otherwise change on the
+//! host; every mount they make goes away with the namespace.
 
 pub mod forward;
 pub mod host;
@@ -38,14 +40,36 @@ pub const MAX_KUBELET_NODES: usize = 32;
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Host paths bound to private folders in the nodes' mount namespace: `(host path, folder
-/// under the node's folder)`.
-const PRIVATE_PATHS: [(&str, &str); 5] = [
+/// under the node's folder)`. `/var/run` is `/run` on the hosts this runs on (a symlink), so
+/// `/run/nri` and `/run/cdi` are also `/var/run/nri` and `/var/run/cdi`.
+const PRIVATE_PATHS: [(&str, &str); 7] = [
     (KUBELET_ROOT, "kubelet"),
     ("/var/log/pods", "pod-logs"),
     ("/var/log/containers", "container-logs"),
     ("/run/containerd", "run-containerd"),
     ("/var/lib/cni", "cni/cache"),
+    ("/run/nri", NRI_FOLDER),
+    ("/run/cdi", CDI_FOLDER),
 ];
+
+/// containerd's NRI socket as the node sees it, the chart's `nodeAgent.nriSocket` default.
+pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
+/// containerd's CDI spec folder (`cdi_spec_dirs`) as the node sees it, the chart's
+/// `nodeAgent.cdiDir` default.
+pub const CDI_DIR: &str = "/var/run/cdi";
+/// The node's private folder bound over `/run/nri` (holds `nri.sock`).
+const NRI_FOLDER: &str = "run-nri";
+/// The node's private folder bound over `/run/cdi`.
+const CDI_FOLDER: &str = "cdi";
+
+/// The host path of kubelet node `node`'s NRI socket ([`NRI_SOCKET`] in its namespace), given
+/// the instance's folder.
+pub(crate) fn node_nri_socket(dir: &Path, node: &str) -> PathBuf {
+    dir.join("nodes")
+        .join(node)
+        .join(NRI_FOLDER)
+        .join("nri.sock")
+}
 
 /// Sysctls kubelet sets when they differ (it has no option to leave them), and the CNI bridge
 /// plugin's `ip_forward`: in the nodes' mount namespace a file with the wanted value is bound
@@ -126,7 +150,8 @@ pub struct KubeletDirs {
     pub plugins_registry: PathBuf,
     /// The kubelet's plugins folder (`plugins/<driver>/` holds a DRA driver's socket).
     pub plugins: PathBuf,
-    /// containerd's `cdi_spec_dirs` folder (CDI specs of the node's devices).
+    /// containerd's `cdi_spec_dirs` folder (CDI specs of the node's devices), [`CDI_DIR`] in
+    /// the node's namespace.
     pub cdi: PathBuf,
 }
 
@@ -136,7 +161,7 @@ impl KubeletDirs {
         KubeletDirs {
             plugins_registry: root.join("plugins_registry"),
             plugins: root.join("plugins"),
-            cdi: node_dir.join("cdi"),
+            cdi: node_dir.join(CDI_FOLDER),
             root,
         }
     }
@@ -422,8 +447,12 @@ fn write_node_files(
     for (_, private) in PRIVATE_PATHS {
         fs::create_dir_all(nd.join(private)).map_err(Error::io("create a node folder"))?;
     }
-    // containerd's CDI folder, where a DRA driver on the host writes its specs.
-    fs::create_dir_all(nd.join("cdi")).map_err(Error::io("create the CDI folder"))?;
+    // `<instance>/nri/<node>.sock` (KUBE_TESTENV_NRI_DIR) for an NRI plugin on the host: a
+    // symlink to the socket containerd creates at NRI_SOCKET in the node's namespace.
+    let link = dir.join("nri").join(format!("{}.sock", n.name));
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(node_nri_socket(dir, &n.name), &link)
+        .map_err(Error::io(format!("link {}", link.display())))?;
     for (sysctl, value) in SYSCTLS {
         write(
             &nd.join("sysctl").join(sysctl.replace('/', ".")),
@@ -484,12 +513,12 @@ imports = []
             state = d("containerd/state"),
             sock = sock.display(),
             pause = PAUSE_IMAGE,
-            cdi = d("cdi"),
+            cdi = CDI_DIR,
             runc = host::RUNC,
             runc_root = d("runc"),
             cni_bin = host::CNI_BIN_DIR,
             cni_conf = d("cni/net.d"),
-            nri = dir.join("nri").join(format!("{}.sock", n.name)).display(),
+            nri = NRI_SOCKET,
             nri_plugins = d("nri/plugins"),
             nri_conf = d("nri/conf.d"),
             opt = d("opt"),
