@@ -6,10 +6,20 @@
 //! (`MCSPlugin=mcs/label`, docs/hybrid.md).
 //!
 //! Three kubelet nodes: node-1 and node-2 are Slurm's (labelled external, tainted as the node
-//! controller taints bridged nodes, so only the bridge's pods land there); node-3 is an ordinary
-//! node where kube-scheduler places the chart's own pods. Checked, each by what can be observed:
+//! controller taints bridged nodes, so only the bridge's pods land there, and labelled
+//! `slinky.slurm.net/hybrid=true` for the node agent); node-3 is an ordinary node where
+//! kube-scheduler places the chart's own pods. Checked, each by what can be observed:
 //! - every Deployment's pods run on node-3 and become Ready through their probes, their process
 //!   runs as 65532 with a read-only root file system (read in /proc of the host);
+//! - the node agent DaemonSet (`nodeAgent.enabled=true` and `nodeAgent.draCpu=true`, otherwise
+//!   as shipped: containerd's NRI socket at `/var/run/nri/nri.sock`, the kubelet's plugin folders
+//!   and `/var/run/cdi` through hostPaths, root without capabilities, a read-only root file
+//!   system) runs one pod on each of node-1 and node-2, Ready, registered with the node's
+//!   containerd, publishing the node's `dra.cpu` slice; a bridge pod asking 1 of the node's CPUs
+//!   (not exclusive) runs pinned from its first line to the machine CPUs of its Slurm job's
+//!   `CPU_IDs`, through the agents' roll on `helm upgrade` and after `helm uninstall` removed
+//!   them, never restarted; a pod asking one `dra.cpu` starts with its claim prepared by the
+//!   agent (`DRA_CPUS`) and runs on its claim's CPUs, its job's;
 //! - the webhook answers through its Service (kube-apiserver reaches the endpoints): a pod
 //!   created in the managed namespace is mutated (scheduler name, toleration), scheduled through
 //!   Slurm onto node-1 or node-2 and its container runs (its log) and completes;
@@ -28,9 +38,10 @@ mod e2e;
 
 use e2e::{Env, SCHEDULER, create_retrying, helm, wait_some, wait_until};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use serde_json::json;
@@ -50,6 +61,14 @@ const SLURM_NODES: u32 = 2;
 const KUBELET_NODES: usize = 3;
 const BRIDGE_NODE: &str = "node-3";
 const WAIT: Duration = Duration::from_secs(180);
+/// The label the chart's node agent DaemonSet selects nodes by (`nodeAgent.nodeSelector`).
+const HYBRID_LABEL: &str = "slinky.slurm.net/hybrid";
+/// The node agent's component label.
+const NODE_AGENT: &str = "node-agent";
+/// The node agent's line once containerd registered it as an NRI plugin.
+const AGENT_REGISTERED: &str = "NRI: registered with the runtime";
+/// The extended resource of the `dra.cpu` DeviceClass, served by the agent (`nodeAgent.draCpu`).
+const DRA_CPU: &str = "deviceclass.resource.kubernetes.io/dra.cpu";
 
 /// `helm ARGS` against the instance (as `Instance::helm`, without blocking the runtime, so the
 /// test watches while helm waits for a rollout or a hook).
@@ -126,7 +145,9 @@ async fn rolled_out(env: &Env) -> bool {
 /// The release's Deployment pods that are not being deleted.
 async fn bridge_pods(env: &Env) -> Vec<Pod> {
     Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component!={NODE_AGENT}"
+        )))
         .await
         .unwrap()
         .items
@@ -156,6 +177,18 @@ fn container_pids(container_id: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// A process's capability sets (`CapInh`, `CapPrm`, `CapEff`, `CapBnd`, `CapAmb` of
+/// /proc/PID/status), as written there.
+fn process_capabilities(pid: i32) -> Vec<(String, String)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .filter(|l| l.starts_with("Cap"))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
 }
 
 /// The user a process runs as (real, effective) and whether its root file system is mounted
@@ -227,6 +260,321 @@ async fn check_bridge_pods(env: &Env) -> BTreeSet<String> {
         names.insert(name);
     }
     names
+}
+
+/// The node agent's pods that are not being deleted.
+async fn agent_pods(env: &Env) -> Vec<Pod> {
+    Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={NODE_AGENT}"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+/// What an agent pod's state and Events say, for a failure message.
+async fn describe_agents(env: &Env) -> String {
+    let api = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
+    let events = Api::<Event>::namespaced(env.kube.clone(), RELEASE_NS)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut out = String::new();
+    for p in agent_pods(env).await {
+        let name = p.name_any();
+        let logs = api
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default();
+        let said: Vec<String> = events
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.as_deref().unwrap_or(""),
+                    e.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n{name} on {}: {:?}\n  events {said:?}\n  logs:\n{logs}",
+            e2e::node_of(&p),
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+        ));
+    }
+    out
+}
+
+/// Waits until the node agent DaemonSet has rolled out on node-1 and node-2 (its current
+/// template's pods scheduled, updated and Ready; the chart has no probe for it, Ready is its
+/// container running) and each pod's agent logged that containerd registered it; checks them
+/// ([`check_agent_pods`]) and returns their names by node.
+async fn wait_node_agents(env: &Env) -> BTreeMap<String, String> {
+    let daemonsets = Api::<DaemonSet>::namespaced(env.kube.clone(), RELEASE_NS);
+    let release_pods = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ds = daemonsets.list(&ListParams::default()).await.unwrap().items;
+        assert_eq!(ds.len(), 1, "the chart's one DaemonSet");
+        let rolled = ds[0].status.as_ref().is_some_and(|s| {
+            s.observed_generation >= ds[0].metadata.generation
+                && s.desired_number_scheduled == SLURM_NODES as i32
+                && s.updated_number_scheduled == Some(SLURM_NODES as i32)
+                && s.number_ready == SLURM_NODES as i32
+                && s.number_available == Some(SLURM_NODES as i32)
+        });
+        let pods = agent_pods(env).await;
+        let mut registered = 0;
+        if rolled && pods.len() == SLURM_NODES as usize {
+            for p in &pods {
+                let logs = release_pods
+                    .logs(&p.name_any(), &LogParams::default())
+                    .await
+                    .unwrap_or_default();
+                registered += usize::from(logs.contains(AGENT_REGISTERED));
+            }
+        }
+        if registered == SLURM_NODES as usize {
+            return check_agent_pods(env).await;
+        }
+        // An agent that exits says why at once rather than at the timeout.
+        let crashed = pods.iter().any(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.restart_count > 0))
+        });
+        assert!(
+            !crashed && Instant::now() < deadline,
+            "the node agents: not rolled out and registered within {WAIT:?}: {:?}{}",
+            ds[0].status,
+            describe_agents(env).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Checks the node agent's pods as they run: one on each of node-1 and node-2, Ready, never
+/// restarted, as root (the NRI socket is root's) with a read-only root file system and no
+/// capability in any set, no error in their logs; returns their names by node.
+async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
+    let mut by_node = BTreeMap::new();
+    for p in agent_pods(env).await {
+        let name = p.name_any();
+        assert!(is_ready(&p), "{name} is not Ready");
+        let status = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(status.restart_count, 0, "{name} restarted");
+        let pids = container_pids(status.container_id.as_deref().expect("a container id"));
+        assert!(!pids.is_empty(), "{name}: no process on the host");
+        for pid in pids {
+            let (uids, root_ro) = process_identity(pid);
+            assert_eq!(uids, (0, 0), "{name}: process {pid}'s user");
+            assert!(
+                root_ro,
+                "{name}: process {pid}'s root file system is writable"
+            );
+            for (set, value) in process_capabilities(pid) {
+                assert!(
+                    value.chars().all(|c| c == '0'),
+                    "{name}: process {pid}'s {set} is {value}"
+                );
+            }
+        }
+        let logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap();
+        for bad in ["forbidden", "Forbidden", "ERROR", "WARN", "panicked"] {
+            assert!(!logs.contains(bad), "{name} logged {bad:?}:\n{logs}");
+        }
+        let node = e2e::node_of(&p);
+        assert!(
+            by_node.insert(node.clone(), name.clone()).is_none(),
+            "two agents on {node}"
+        );
+    }
+    let nodes: Vec<&str> = by_node.keys().map(String::as_str).collect();
+    assert_eq!(
+        nodes,
+        ["node-1", "node-2"],
+        "the agents' nodes: {by_node:?}"
+    );
+    by_node
+}
+
+/// A script line printing the CPUs its shell may run on, as `cpus=<list>`.
+const PRINT_CPUS: &str = "echo cpus=$(grep Cpus_allowed_list /proc/self/status | cut -f2)";
+
+/// The CPU lists a pod printed with [`PRINT_CPUS`], in order.
+async fn printed_cpus(env: &Env, name: &str) -> Vec<BTreeSet<u32>> {
+    managed(env)
+        .logs(name, &LogParams::default())
+        .await
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("cpus="))
+        .map(|l| slurm_bridge::resources::cpulist::parse_cpu_list(l).expect("a CPU list"))
+        .collect()
+}
+
+/// The machine CPUs of Slurm job `id`'s `CPU_IDs` (`scontrol show -d job`) on its one node,
+/// mapped with the host's topology as Slurm numbers it (slurm-testenv's reading of sysfs, not
+/// the agent's); and all of the host's CPUs.
+fn job_machine_cpus(env: &Env, id: u32) -> (BTreeSet<u32>, BTreeSet<u32>) {
+    let text = env
+        .slurm
+        .run(&["scontrol", "show", "-d", "job", &id.to_string()])
+        .unwrap();
+    let lists: Vec<&str> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("CPU_IDs="))
+        .collect();
+    assert_eq!(lists.len(), 1, "job {id} on one node: {text}");
+    let ids: Vec<u32> = slurm_bridge::resources::cpulist::parse_cpu_list(lists[0])
+        .unwrap()
+        .into_iter()
+        .collect();
+    let host = slurm_testenv::cpus::HostCpus::detect().expect("the host's CPUs");
+    (
+        host.to_machine(&ids).into_iter().collect(),
+        host.machine.iter().copied().collect(),
+    )
+}
+
+/// The pod's first container: its id and restart count.
+async fn container_of(env: &Env, name: &str) -> (String, i32) {
+    let p = managed(env).get(name).await.unwrap();
+    let c = &p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .expect("container statuses")[0];
+    (c.container_id.clone().unwrap_or_default(), c.restart_count)
+}
+
+/// Waits until `name` has printed `more` CPU lists beyond `seen`; the lists printed.
+async fn wait_printed(env: &Env, name: &str, seen: usize, more: usize) -> Vec<BTreeSet<u32>> {
+    wait_some(
+        &format!("{name} prints {more} more CPU lists"),
+        WAIT,
+        async || {
+            let printed = printed_cpus(env, name).await;
+            (printed.len() >= seen + more).then_some(printed)
+        },
+    )
+    .await
+}
+
+/// The `dra.cpu` DeviceClass a site creates beside the driver (the chart ships none).
+async fn create_dra_cpu_class(env: &Env) {
+    let dc: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "dra.cpu"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"dra.cpu\""}}]},
+    }))
+    .unwrap();
+    Api::<DeviceClass>::all(env.kube.clone())
+        .create(&PostParams::default(), &dc)
+        .await
+        .unwrap();
+}
+
+/// Waits until the agent of each hybrid node published the node's `dra.cpu` slice with every
+/// CPU of the host (`every`), as the bridge's inventory reads it.
+async fn wait_dra_cpu_slices(env: &Env, every: usize) {
+    let slices: Api<ResourceSlice> = Api::all(env.kube.clone());
+    for node in ["node-1", "node-2"] {
+        wait_some(&format!("{node}'s dra.cpu slice"), WAIT, async || {
+            let items = slices
+                .list(
+                    &ListParams::default()
+                        .fields(&format!("spec.nodeName={node},spec.driver=dra.cpu")),
+                )
+                .await
+                .ok()?
+                .items;
+            let inv = slurm_bridge::dra::NodeInventory::from_slices(node, &items);
+            (inv.cpus.cpus.len() == every).then_some(())
+        })
+        .await;
+    }
+}
+
+/// A pod asking one `dra.cpu` (not exclusive: its job holds one core) starts with its claim
+/// prepared by the agent of its node (the kubelet called the agent's DRA socket in the pod):
+/// it sees `DRA_CPUS` and runs on exactly its job's CPUs, the devices of its claim.
+async fn a_dra_cpu_pod_runs_on_its_claims_cpus(env: &Env) {
+    let mut pod = managed_pod(
+        env,
+        "dra-cpu",
+        5,
+        &format!("echo dra=$DRA_CPUS; {PRINT_CPUS}"),
+    );
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        "slurmjob.slinky.slurm.net/exclusive".to_string(),
+        "false".to_string(),
+    )]));
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(
+        serde_json::from_value(json!({
+            "requests": {DRA_CPU: "1", "memory": "32Mi"},
+            "limits": {DRA_CPU: "1", "memory": "32Mi"},
+        }))
+        .unwrap(),
+    );
+    let created = Instant::now();
+    create_retrying(&managed(env), &pod, WAIT).await;
+    let p = wait_scheduled(env, "dra-cpu").await;
+    let job = e2e::job_id_of(&p);
+    let (want, every) = job_machine_cpus(env, job);
+    assert!(
+        !want.is_empty() && want.len() < every.len(),
+        "job {job}: {want:?} of {every:?}"
+    );
+    let claim_name = e2e::claim_name(&p).expect("a claim for the dra.cpu pod");
+    let claim = Api::<ResourceClaim>::namespaced(env.kube.clone(), MANAGED_NS)
+        .get(&claim_name)
+        .await
+        .unwrap();
+    let devices: BTreeSet<String> = e2e::allocated(&claim)
+        .into_iter()
+        .map(|(_, _, d)| d)
+        .collect();
+    let named: BTreeSet<String> = want.iter().map(|c| format!("cpu{c}")).collect();
+    assert_eq!(devices, named, "the claim names the job's CPUs");
+    e2e::wait_phase(&managed(env), "dra-cpu", "Succeeded", WAIT).await;
+    let logs = managed(env)
+        .logs("dra-cpu", &LogParams::default())
+        .await
+        .unwrap();
+    let dra: BTreeSet<u32> = logs
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("dra="))
+        .map(|l| slurm_bridge::resources::cpulist::parse_cpu_list(l).expect("DRA_CPUS"))
+        .unwrap_or_else(|| panic!("no DRA_CPUS line: {logs}"));
+    assert_eq!(dra, want, "DRA_CPUS is the job's CPUs: {logs}");
+    assert_eq!(
+        printed_cpus(env, "dra-cpu").await,
+        vec![want.clone()],
+        "the container runs on its claim's CPUs"
+    );
+    eprintln!(
+        "dra-cpu (job {job} on {}) ran on its claim's CPUs {want:?}, {:.1} s from creation to Succeeded",
+        e2e::node_of(&p),
+        created.elapsed().as_secs_f64()
+    );
 }
 
 /// A pod for the managed namespace, names no scheduler (the webhook picks the bridge's): the
@@ -332,6 +680,7 @@ async fn setup(started: Instant) -> (Env, String) {
     kube_opts.kube_scheduler = true;
     for n in kube_opts.nodes.iter_mut().take(SLURM_NODES as usize) {
         n.labels.insert(LABEL_EXTERNAL_NODE.into(), "true".into());
+        n.labels.insert(HYBRID_LABEL.into(), "true".into());
         n.taints.push(managed_node_taint(SCHEDULER));
     }
     let mut env = Env::start_with(slurm_opts, kube_opts).await;
@@ -614,28 +963,98 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     let (env, slurm_url) = setup(started).await;
 
     // --- helm install: the Deployments' pods run and become Ready -------------------------
-    let first = install(&env, &slurm_url, &[]).await;
+    create_dra_cpu_class(&env).await;
+    let first = install(
+        &env,
+        &slurm_url,
+        &["nodeAgent.enabled=true", "nodeAgent.draCpu=true"],
+    )
+    .await;
     assert!(
         first.len() >= 4,
         "scheduler, controllers and two admission replicas: {first:?}"
     );
+    // --- the node agent DaemonSet: one pod on each hybrid node, registered with containerd ---
+    let agents_ready = Instant::now();
+    let first_agents = wait_node_agents(&env).await;
+    eprintln!(
+        "node agents registered {:.1} s after the Deployments were Ready: {first_agents:?}",
+        agents_ready.elapsed().as_secs_f64()
+    );
+    let host_cpus = slurm_testenv::cpus::HostCpus::detect().unwrap().count() as usize;
+    wait_dra_cpu_slices(&env, host_cpus).await;
 
     // --- the webhook through its Service; scheduling through Slurm; the container runs ----
     a_pod_is_admitted_scheduled_and_runs(&env, "hello").await;
     let pods = managed(&env);
     let chart = helm::chart();
 
-    // --- helm upgrade: every Deployment rolls; one scheduler at a time ---------------------
-    let steady = create_retrying(
-        &pods,
-        &managed_pod(&env, "steady", 5, "echo steady; sleep 3600 & wait"),
-        WAIT,
-    )
-    .await;
-    drop(steady);
+    // --- a pod sharing its node runs pinned to its job's cores by the node agent -----------
+    // It asks 1 CPU of a node Slurm knows with the kubelet's allocatable (the host's CPUs) and
+    // is not exclusive, so its job holds a strict part of the node.
+    let mut steady = managed_pod(
+        &env,
+        "steady",
+        5,
+        &format!("echo steady; while :; do {PRINT_CPUS}; sleep 1; done"),
+    );
+    steady.metadata.annotations = Some(BTreeMap::from([(
+        "slurmjob.slinky.slurm.net/exclusive".to_string(),
+        "false".to_string(),
+    )]));
+    create_retrying(&pods, &steady, WAIT).await;
     let steady = wait_scheduled(&env, "steady").await;
     let steady_job = e2e::job_id_of(&steady);
+    let steady_node = e2e::node_of(&steady);
     e2e::wait_phase(&pods, "steady", "Running", WAIT).await;
+    let (pinned, every) = job_machine_cpus(&env, steady_job);
+    assert_eq!(
+        e2e::job_field(&env, steady_job, "NodeList"),
+        steady_node,
+        "{}",
+        env.scontrol_job(steady_job)
+    );
+    let cpu_tot = env
+        .slurm
+        .run(&["scontrol", "show", "node", &steady_node])
+        .unwrap()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("CPUTot=").map(str::to_string))
+        .unwrap_or_default();
+    assert_eq!(
+        cpu_tot,
+        every.len().to_string(),
+        "{steady_node} is described to Slurm with the host's CPUs"
+    );
+    assert!(
+        !pinned.is_empty() && pinned.len() < every.len(),
+        "job {steady_job} holds a strict part of {steady_node}'s CPUs {every:?}: {pinned:?}"
+    );
+    let printed = wait_printed(&env, "steady", 0, 2).await;
+    assert!(
+        printed.iter().all(|c| *c == pinned),
+        "steady runs on its job's CPUs {pinned:?} from its first line (the agent on \
+         {steady_node} pinned the container as containerd created it): {printed:?}{}",
+        describe_agents(&env).await
+    );
+    // The agent of that node says so, naming the pod it checked with Slurm.
+    let agent_logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+        .logs(&first_agents[&steady_node], &LogParams::default())
+        .await
+        .unwrap();
+    assert!(
+        agent_logs
+            .lines()
+            .any(|l| l.contains(" pinned ") && l.contains(&format!("pod={MANAGED_NS}/steady"))),
+        "the agent on {steady_node} pinned steady:\n{agent_logs}"
+    );
+    let steady_container = container_of(&env, "steady").await;
+    eprintln!("steady (job {steady_job} on {steady_node}) runs on CPUs {pinned:?} of {every:?}");
+
+    // --- the agents as the nodes' dra.cpu DRA driver (nodeAgent.draCpu) --------------------
+    a_dra_cpu_pod_runs_on_its_claims_cpus(&env).await;
+
+    // --- helm upgrade: every Deployment rolls; one scheduler at a time ---------------------
     let (old_holder, old_transitions) = wait_some("the scheduler's Lease held", WAIT, async || {
         lease(&env).await
     })
@@ -730,9 +1149,60 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         "steady kept its job"
     );
     assert_one_job_per_pod(&env).await;
+    // The config checksum rolled the node agents too: the new ones registered, and left the
+    // pinned container as it was.
+    let second_agents = wait_node_agents(&env).await;
+    assert!(
+        first_agents
+            .values()
+            .all(|a| !second_agents.values().any(|b| a == b)),
+        "the upgrade replaced the node agents: {first_agents:?} {second_agents:?}"
+    );
+    let seen = printed_cpus(&env, "steady").await.len();
+    let printed = wait_printed(&env, "steady", seen, 1).await;
+    assert!(
+        printed.iter().all(|c| *c == pinned),
+        "steady stays on {pinned:?} through the agents' roll: {printed:?}"
+    );
+    assert_eq!(
+        container_of(&env, "steady").await,
+        steady_container,
+        "steady's container was neither replaced nor restarted"
+    );
 
     // --- helm uninstall: the pre-delete hook Job runs as a pod -----------------------------
     uninstall_runs_the_hook(&env, "steady").await;
+    // The DaemonSet is gone with its pods; the agents' exit killed nothing: steady's container
+    // runs on, still pinned.
+    assert!(
+        Api::<DaemonSet>::namespaced(env.kube.clone(), RELEASE_NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "helm uninstall removed the node agent DaemonSet"
+    );
+    let seen = printed_cpus(&env, "steady").await.len();
+    let printed = wait_printed(&env, "steady", seen, 1).await;
+    assert!(
+        printed.iter().all(|c| *c == pinned),
+        "steady stays on {pinned:?} after the agents went: {printed:?}"
+    );
+    let p = pods.get("steady").await.unwrap();
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    assert_eq!(
+        container_of(&env, "steady").await,
+        steady_container,
+        "steady's container was neither replaced nor restarted"
+    );
+    assert!(
+        env.active_job_ids().contains(&steady_job),
+        "job {steady_job} runs on"
+    );
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
 
