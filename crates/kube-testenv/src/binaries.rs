@@ -100,6 +100,34 @@ pub const KUBELET: GoModule = GoModule {
     no_cgo: false,
 };
 
+/// Kubernetes' own DRA test driver (`k8s.io/kubernetes/test/e2e/dra/test-driver`), from the same
+/// module as [`KUBERNETES`] (its build reuses their compiled packages): a DRA driver that is not
+/// the bridge's, for tests on kubelet nodes. Its `kubelet-plugin` subcommand publishes
+/// `--num-devices` devices `device-00` .. (no attributes) in one pool named after the node, and
+/// prepares a claim by writing a CDI spec that sets `claim_<claim>_<request>=true` in the
+/// containers. Its module files are [`KUBERNETES_FILES`] and `dra_test_driver.go` (the import
+/// that pins it), so the other Kubernetes tools keep their cache keys.
+pub const DRA_TEST_DRIVER: GoModule = GoModule {
+    name: "dra-test-driver",
+    files: module_files!("kubernetes": "go.mod", "go.sum", "tools.go", "dra_test_driver.go"),
+    commands: &[(
+        "dra-test-driver",
+        "k8s.io/kubernetes/test/e2e/dra/test-driver",
+    )],
+    ldflags: KUBERNETES_LDFLAGS,
+    // After kubelet: 11 packages of its own and a link (alone, from an empty Go build cache,
+    // about 3 min: the 857 packages it needs).
+    expected_secs: 20,
+    manifests: &[],
+    tags: "",
+    no_cgo: false,
+};
+
+/// The DRA test driver's binary ([`DRA_TEST_DRIVER`]), built first if the cache lacks it.
+pub fn dra_test_driver() -> Result<PathBuf> {
+    Ok(ensure(&DRA_TEST_DRIVER)?.join("dra-test-driver"))
+}
+
 /// containerd 2.x (with NRI), its runc shim and `ctr`, built as containerd's release builds its
 /// static binaries (no cgo, no btrfs, devmapper or zfs snapshotters): the container runtime of
 /// the kubelet nodes. runc itself and the CNI plugins come from Debian's packages.
@@ -282,10 +310,11 @@ impl GoModule {
 }
 
 /// Every tool `kube-testenv prepare` builds, by the name `--only` takes.
-pub const TOOLS: [(&str, &GoModule); 10] = [
+pub const TOOLS: [(&str, &GoModule); 11] = [
     ("kubernetes", &KUBERNETES),
     ("kube-scheduler", &KUBE_SCHEDULER),
     ("kubelet", &KUBELET),
+    ("dra-test-driver", &DRA_TEST_DRIVER),
     ("containerd", &CONTAINERD),
     ("etcd", &ETCD),
     ("jobset", &JOBSET),
@@ -519,6 +548,26 @@ mod tests {
         );
     }
 
+    /// The DRA test driver comes from the Kubernetes module, and its own pin file leaves the
+    /// other Kubernetes tools' files (and so their cached binaries) as they were.
+    #[test]
+    fn the_dra_test_driver_is_pinned_beside_kubelet() {
+        assert_eq!(DRA_TEST_DRIVER.pinned(), KUBERNETES.pinned());
+        assert_eq!(DRA_TEST_DRIVER.text("go.mod"), KUBERNETES.text("go.mod"));
+        assert_eq!(DRA_TEST_DRIVER.ldflags, KUBERNETES.ldflags);
+        assert!(
+            DRA_TEST_DRIVER
+                .files
+                .iter()
+                .any(|(_, text)| text.contains("k8s.io/kubernetes/test/e2e/dra/test-driver"))
+        );
+        assert!(
+            !KUBERNETES_FILES
+                .iter()
+                .any(|(_, text)| text.contains("test/e2e/dra"))
+        );
+    }
+
     #[test]
     fn key_depends_on_go_version() {
         assert_ne!(ETCD.key("go1.26.8"), ETCD.key("go1.26.9"));
@@ -542,6 +591,7 @@ mod tool_tests {
                 "kubernetes",
                 "kube-scheduler",
                 "kubelet",
+                "dra-test-driver",
                 "containerd",
                 "etcd",
                 "jobset",
@@ -559,7 +609,7 @@ mod tool_tests {
         assert!(
             err.contains("\"kube\"")
                 && err.contains(
-                    "kubernetes, kube-scheduler, kubelet, containerd, etcd, jobset, lws, trainer, kueue, helm"
+                    "kubernetes, kube-scheduler, kubelet, dra-test-driver, containerd, etcd, jobset, lws, trainer, kueue, helm"
                 ),
             "{err}"
         );

@@ -135,12 +135,12 @@ enum Cmd {
         archive: std::path::PathBuf,
     },
     /// Build (or check) the cached Kubernetes, kube-scheduler, kubelet, containerd, etcd, JobSet, LeaderWorkerSet,
-    /// Trainer and Kueue binaries, and the chart tests' helm; `--only kubernetes,etcd` builds just
+    /// Trainer and Kueue binaries, the chart tests' helm and Kubernetes' DRA test driver; `--only kubernetes,etcd` builds just
     /// those (what `up` without `--kube-scheduler`, `--workload-controllers`, `--trainer` or
     /// `--kueue` needs: the demo's set).
     Prepare {
-        /// Comma-separated tools: kubernetes, kube-scheduler, kubelet, containerd, etcd, jobset,
-        /// lws, trainer, kueue, helm (default: all; kubelet or containerd also install runc and
+        /// Comma-separated tools: kubernetes, kube-scheduler, kubelet, dra-test-driver,
+        /// containerd, etcd, jobset, lws, trainer, kueue, helm (default: all; kubelet or containerd also install runc and
         /// the CNI plugins and build the test image).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
