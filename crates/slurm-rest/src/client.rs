@@ -417,6 +417,24 @@ impl Client {
         Ok(jobs)
     }
 
+    /// GET /jobs/state/?job_id=A&job_id=B...: the states of these jobs only, the ones Slurm
+    /// does not know (any more) left out. Slurm 26.05 takes the parameter repeated (a comma
+    /// list answers 500). Its cost grows with the ids asked, not with the jobs Slurm holds:
+    /// with 3,000 jobs in slurmctld, 100 ids cost slurmctld and slurmrestd about a tenth of
+    /// the whole listing. Keep a request to a few hundred ids (12 bytes of query each).
+    pub async fn job_states_of(&self, job_ids: &[u32]) -> Result<Vec<JobStateEntry>, Error> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query: Vec<String> = job_ids.iter().map(|id| format!("job_id={id}")).collect();
+        let path = format!("{API_PREFIX}/jobs/state/?{}", query.join("&"));
+        let (_, r): (_, JobStatesResponse) = self.get(&path).await?;
+        let mut jobs = r.jobs;
+        jobs.iter_mut().for_each(JobStateEntry::fill_job_id);
+        jobs.retain(|j| job_ids.contains(&j.job_id));
+        Ok(jobs)
+    }
+
     /// GET /jobs/state/?job_id={id}: one job's state (about a millisecond). A job Slurm does
     /// not know (any more) is [`crate::ErrorKind::NotFound`].
     pub async fn job_state(&self, job_id: u32) -> Result<JobStateEntry, Error> {

@@ -6,7 +6,11 @@
 //! only for jobs that are new or whose state changed (for a pending bridge job that started,
 //! the lighter GET /resources/{id}: its nodes are all that changed), emitting a [`JobEvent`]
 //! for each bridge job that changed or disappeared. So an allocation is noticed within one poll
-//! interval and the cost per poll does not depend on how many pods wait.
+//! interval and the cost per poll does not depend on how many pods wait. While jobs it just
+//! submitted pend, the polls between two full listings ask only for those jobs' states
+//! (GET /jobs/state/?job_id=..): a full listing costs Slurm in proportion to every job it
+//! holds, and at 100 submits a second the fast poll would list thousands of them ten times a
+//! second.
 
 mod recent_layouts;
 
@@ -22,6 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+
+/// Job ids per GET /jobs/state/?job_id=.. request (about 2.4 KB of query; slurmrestd's cost
+/// grows with the ids asked).
+const STATES_PER_REQUEST: usize = 200;
 
 /// How often and how hard the watcher polls.
 #[derive(Clone, Debug)]
@@ -40,6 +48,7 @@ pub struct JobWatcherConfig {
     /// Poll interval while a job recorded (submitted or updated) in the last `fast_window` is
     /// still pending, so its allocation is seen within about this long: the scheduler's
     /// submit-to-bind latency. Jobs pending for longer (a backlog) do not keep the fast poll.
+    /// These polls ask for those jobs' states only; the full listing stays at `interval`.
     pub fast_interval: Duration,
     /// How long after its submit or update a pending job keeps the poll at `fast_interval`.
     pub fast_window: Duration,
@@ -238,6 +247,23 @@ impl<S: SlurmJobs> JobWatcher<S> {
         }
     }
 
+    /// The jobs recorded within `fast_window` that the index still holds as pending: what the
+    /// fast poll asks Slurm about.
+    fn fresh_pending(&self) -> Vec<u32> {
+        let fresh = self.fresh.locked();
+        let index = self.index();
+        let window = self.config.fast_window;
+        let mut ids: Vec<u32> = fresh
+            .iter()
+            .filter(|(id, at)| {
+                at.elapsed() < window && index.get(**id).is_some_and(|j| j.is_pending())
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Fetches one job now (after an update race, say), updates the index and emits its event.
     pub async fn refresh(&self, job_id: u32) -> Result<Option<Arc<WatchedJob>>, slurm_rest::Error> {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
@@ -357,9 +383,23 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
             }
         }
+        let mut last_listing: Option<tokio::time::Instant> = None;
         loop {
             let started = tokio::time::Instant::now();
-            if let Err(e) = self.poll_once().await {
+            // A full listing every `interval`; in between (the fast poll), the fresh jobs only.
+            let fresh = match last_listing {
+                Some(t) if started.duration_since(t) < self.config.interval => {
+                    self.fresh_pending()
+                }
+                _ => Vec::new(),
+            };
+            let polled = if fresh.is_empty() {
+                last_listing = Some(started);
+                self.poll_once().await
+            } else {
+                self.poll_fresh(&fresh).await
+            };
+            if let Err(e) = polled {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "polling Slurm job states failed");
             }
@@ -563,7 +603,66 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 self.emit(JobEvent::Gone(old));
             }
         }
-        // The started jobs' allocations, then whatever could not be read that way in full.
+        let fetches = started_jobs.len() + to_fetch.len();
+        let first_error = self.read_changed(started_jobs, to_fetch).await;
+        tracing::trace!(
+            jobs = states.len(),
+            fetched = fetches,
+            took_ms = started.elapsed().as_millis() as u64,
+            "polled job states"
+        );
+        match first_error {
+            Some(e) => Err(e),
+            None => {
+                self.listed_cleanly(listing_started);
+                Ok(())
+            }
+        }
+    }
+
+    /// The fast poll between two full listings: the states of `ids` (jobs just submitted or
+    /// updated, pending as far as the index knows) only, then the reads of those that changed,
+    /// as [`JobWatcher::poll_once`] does. Jobs it does not list are left to the next full
+    /// listing (which alone decides that a job is gone).
+    pub async fn poll_fresh(&self, ids: &[u32]) -> Result<(), slurm_rest::Error> {
+        let started = std::time::Instant::now();
+        self.stats.polls.fetch_add(1, Ordering::Relaxed);
+        let (mut started_jobs, mut to_fetch) = (Vec::new(), Vec::new());
+        for chunk in ids.chunks(STATES_PER_REQUEST) {
+            let states = self.source.job_states_of(chunk).await?;
+            let index = self.index();
+            for entry in states.iter().filter(|e| e.is_plain_job()) {
+                match index.get(entry.job_id) {
+                    Some(job) if job.state == entry.state => {}
+                    Some(job)
+                        if job.is_pending() && entry.state.as_slice() == [JobState::Running] =>
+                    {
+                        started_jobs.push(entry.job_id)
+                    }
+                    Some(_) => to_fetch.push(entry.job_id),
+                    None => {}
+                }
+            }
+        }
+        let fetches = started_jobs.len() + to_fetch.len();
+        let first_error = self.read_changed(started_jobs, to_fetch).await;
+        tracing::trace!(
+            asked = ids.len(),
+            fetched = fetches,
+            took_ms = started.elapsed().as_millis() as u64,
+            "polled fresh job states"
+        );
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Reads the jobs a poll found changed: the started ones' allocations first (their pods
+    /// wait to be bound), then in full whatever could not be read that way and `to_fetch`.
+    /// Returns the first error; the jobs read are in the index and their events sent.
+    async fn read_changed(
+        &self,
+        started_jobs: Vec<u32>,
+        mut to_fetch: Vec<u32>,
+    ) -> Option<slurm_rest::Error> {
         let mut full_reads: Vec<u32> = futures::stream::iter(started_jobs)
             .map(|id| async move { (!self.read_allocation(id).await).then_some(id) })
             .buffer_unordered(self.config.fetch_concurrency.max(1))
@@ -571,9 +670,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             .collect()
             .await;
         full_reads.append(&mut to_fetch);
-        let to_fetch = full_reads;
-        let fetches = to_fetch.len();
-        let mut fetched = futures::stream::iter(to_fetch)
+        let mut fetched = futures::stream::iter(full_reads)
             .map(|id| async move { (id, self.source.job(id).await) })
             .buffer_unordered(self.config.fetch_concurrency.max(1));
         let mut first_error = None;
@@ -593,19 +690,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
                 }
             }
         }
-        tracing::trace!(
-            jobs = states.len(),
-            fetched = fetches,
-            took_ms = started.elapsed().as_millis() as u64,
-            "polled job states"
-        );
-        match first_error {
-            Some(e) => Err(e),
-            None => {
-                self.listed_cleanly(listing_started);
-                Ok(())
-            }
-        }
+        first_error
     }
 }
 

@@ -19,6 +19,18 @@ pub trait SlurmJobs: Send + Sync + 'static {
     fn job_states(
         &self,
     ) -> impl Future<Output = Result<Vec<JobStateEntry>, slurm_rest::Error>> + Send;
+    /// Id and state of these jobs only, those Slurm does not know left out (the fast poll of
+    /// jobs just submitted). Fakes may filter [`SlurmJobs::job_states`].
+    fn job_states_of(
+        &self,
+        job_ids: &[u32],
+    ) -> impl Future<Output = Result<Vec<JobStateEntry>, slurm_rest::Error>> + Send {
+        async move {
+            let mut states = self.job_states().await?;
+            states.retain(|s| job_ids.contains(&s.job_id));
+            Ok(states)
+        }
+    }
     /// One job; `None` when Slurm no longer knows it.
     fn job(
         &self,
@@ -49,6 +61,10 @@ impl SlurmJobs for slurm_rest::Client {
 
     async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         slurm_rest::Client::job_states(self).await
+    }
+
+    async fn job_states_of(&self, job_ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        slurm_rest::Client::job_states_of(self, job_ids).await
     }
 
     async fn job_resources(

@@ -105,6 +105,9 @@ impl SlurmJobs for Gated {
     async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         SlurmJobs::job_states(&self.inner).await
     }
+    async fn job_states_of(&self, ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        SlurmJobs::job_states_of(&self.inner, ids).await
+    }
     async fn job(&self, id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {
         SlurmJobs::job(&self.inner, id).await
     }

@@ -188,6 +188,12 @@ impl SlurmJobs for HeldThenFenced {
     ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
         self.inner.job_states().await
     }
+    async fn job_states_of(
+        &self,
+        ids: &[u32],
+    ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
+        self.inner.job_states_of(ids).await
+    }
     async fn job(&self, id: u32) -> Result<Option<slurm_rest::models::JobInfo>, slurm_rest::Error> {
         self.inner.job(id).await
     }

@@ -44,6 +44,12 @@ impl slurm_bridge::slurm::SlurmJobs for DieAfterSubmit {
     ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
         slurm_bridge::slurm::SlurmJobs::job_states(&self.inner).await
     }
+    async fn job_states_of(
+        &self,
+        ids: &[u32],
+    ) -> Result<Vec<slurm_rest::models::JobStateEntry>, slurm_rest::Error> {
+        slurm_bridge::slurm::SlurmJobs::job_states_of(&self.inner, ids).await
+    }
     async fn job(&self, id: u32) -> Result<Option<slurm_rest::models::JobInfo>, slurm_rest::Error> {
         slurm_bridge::slurm::SlurmJobs::job(&self.inner, id).await
     }

@@ -18,17 +18,17 @@ struct Table {
     /// trait's default); every such read is logged in `resource_reads`.
     layouts: Mutex<HashMap<u32, Vec<&'static str>>>,
     resource_reads: Mutex<Vec<u32>>,
+    /// GET /jobs/state/ calls (the full listing).
+    listings: AtomicU64,
+    /// The ids of each GET /jobs/state/?job_id=.. call (the fast poll).
+    states_asked: Mutex<Vec<Vec<u32>>>,
 }
 
-impl SlurmJobs for Table {
-    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        Ok(self.jobs.lock().unwrap().clone())
-    }
-    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+impl Table {
+    /// What GET /jobs/state/ lists: every job's id and state.
+    fn states(&self) -> Vec<JobStateEntry> {
         let jobs = self.jobs.lock().unwrap();
-        Ok(jobs
-            .iter()
+        jobs.iter()
             .map(|j| {
                 let mut e: JobStateEntry = serde_json::from_value(serde_json::json!({
                     "job_id": j.job_id.to_string(),
@@ -38,7 +38,24 @@ impl SlurmJobs for Table {
                 e.job_id = j.job_id;
                 e
             })
-            .collect())
+            .collect()
+    }
+}
+
+impl SlurmJobs for Table {
+    async fn list_jobs(&self) -> Result<Vec<JobInfo>, slurm_rest::Error> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        Ok(self.jobs.lock().unwrap().clone())
+    }
+    async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        Ok(self.states())
+    }
+    async fn job_states_of(&self, ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+        self.states_asked.lock().unwrap().push(ids.to_vec());
+        let mut states = self.states();
+        states.retain(|s| ids.contains(&s.job_id));
+        Ok(states)
     }
     async fn job_resources(
         &self,
@@ -552,4 +569,55 @@ async fn a_started_bridge_job_is_read_by_its_allocation_alone() {
     w.poll_once().await.unwrap();
     assert_eq!(table.resource_reads.lock().unwrap().len(), 2);
     assert_eq!(*table.fetches.lock().unwrap(), [2]);
+}
+
+/// Between two full listings the fast poll asks Slurm for the fresh pending jobs only, not for
+/// every job it holds (a full GET /jobs/state/ costs Slurm in proportion to all its jobs): with
+/// 500 other jobs listed, a submitted job pending for 3 s is asked about alone ten times a
+/// second, the full listing runs once a second, and the job's start is still seen within the
+/// fast interval and read by its allocation alone.
+#[tokio::test(start_paused = true)]
+async fn the_fast_poll_asks_for_the_fresh_jobs_only() {
+    let table = Arc::new(Table::default());
+    table
+        .jobs
+        .lock()
+        .unwrap()
+        .extend((1000..1500).map(|id| info(id, JobState::Running, "not json", "node-9")));
+    let config = JobWatcherConfig::default();
+    let fast = config.fast_interval;
+    let w = JobWatcher::new(table.clone(), config);
+    let mut events = w.subscribe();
+    tokio::spawn(w.clone().run());
+    w.wait_synced().await;
+    table.fetches.lock().unwrap().clear(); // the first listing's reads
+
+    let job = info(1, JobState::Pending, &bridge_comment("g", "ns/a"), "");
+    table.jobs.lock().unwrap().push(job.clone());
+    w.record(WatchedJob::from_info(&job).unwrap());
+    let listings_before = table.listings.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let asked = table.states_asked.lock().unwrap().clone();
+    let listings = table.listings.load(Ordering::SeqCst) - listings_before;
+    assert!(asked.len() >= 20, "fast polls in 3 s: {}", asked.len());
+    assert!(asked.iter().all(|ids| ids == &[1]), "{asked:?}");
+    assert!((2..=4).contains(&listings), "full listings in 3 s: {listings}");
+
+    // Slurm starts it: a fast poll sees it and reads its allocation.
+    table.layouts.lock().unwrap().insert(1, vec!["node-1"]);
+    *table.jobs.lock().unwrap().last_mut().unwrap() =
+        info(1, JobState::Running, &bridge_comment("g", "ns/a"), "node-1");
+    let started = tokio::time::Instant::now();
+    loop {
+        match events.recv().await.expect("events") {
+            JobEvent::Changed(j) if j.job_id == 1 && j.is_running() => {
+                assert_eq!(j.nodes.as_deref(), Some("node-1"));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(started.elapsed() <= fast, "seen after {:?}", started.elapsed());
+    assert_eq!(*table.resource_reads.lock().unwrap(), [1]);
+    assert!(table.fetches.lock().unwrap().is_empty(), "no whole-job read");
 }
