@@ -42,6 +42,10 @@ pub struct Config {
     /// limit, as Slurm's `DefMemPerCPU`; `None`: Slurm's own default applies (without one a job
     /// asking no memory is given the node's whole memory, and nothing shares the node).
     pub default_mem_per_cpu_mib: Option<u64>,
+    /// DRA drivers besides the built-in GPU drivers whose devices become Slurm GRES
+    /// `gpu:<driver>` (this project's field, `draDeviceDrivers`), each with how a device's index
+    /// is found; pods ask for them as `deviceclass.resource.kubernetes.io/<driver>`.
+    pub dra_device_drivers: Vec<crate::dra::GresDriver>,
 }
 
 /// What a PriorityClass means in Slurm: any of a QoS, a partition and a job priority.
@@ -56,6 +60,12 @@ pub struct PriorityMapping {
 }
 
 impl Config {
+    /// The DRA drivers whose devices become GRES: the built-in GPU drivers and
+    /// `draDeviceDrivers`.
+    pub fn gres_drivers(&self) -> crate::dra::GresDrivers {
+        crate::dra::GresDrivers::with(self.dra_device_drivers.iter().cloned())
+    }
+
     /// The Slurm settings of PriorityClass `class`, if the config maps it.
     pub fn priority_class(&self, class: &str) -> Option<&PriorityMapping> {
         self.priority_classes.get(class)
@@ -95,7 +105,7 @@ pub enum ConfigError {
 }
 
 /// Field names, lower-cased for matching.
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "schedulername",
     "slurmrestapi",
     "managednamespaces",
@@ -107,6 +117,7 @@ const FIELDS: [&str; 11] = [
     "defaulttenant",
     "clustername",
     "defaultmempercpu",
+    "dradevicedrivers",
 ];
 
 /// The JSON kind of `v`, for messages ("got a list").
@@ -187,6 +198,7 @@ impl Config {
                     )?
                 }
                 "defaultmempercpu" => cfg.default_mem_per_cpu_mib = mem_per_cpu(&key, v)?,
+                "dradevicedrivers" => cfg.dra_device_drivers = dra_device_drivers(&key, v)?,
                 "tenants" => cfg.tenants = crate::tenancy::tenant::parse_list(&key, v)?,
                 "defaulttenant" => {
                     cfg.default_tenant = match v {
@@ -372,6 +384,86 @@ fn priority_classes(key: &str, v: Value) -> Result<BTreeMap<String, PriorityMapp
             }
         }
         out.insert(class, m);
+    }
+    Ok(out)
+}
+
+const EXPECT_DRA_DRIVERS: &str = "a list of {name: DRIVER, index: attribute|name}: the DRA driver \
+     (also its DeviceClass's name; a DNS subdomain of at most 63 characters, not dra.cpu, \
+     gpu.nvidia.com or gpu.example.com, each once) and where a device's GRES index is: its int \
+     attribute `index` (attribute) or the number at the end of its name, device-03 -> 3 (name)";
+
+/// `draDeviceDrivers`: the admin's DRA drivers whose devices become GRES.
+fn dra_device_drivers(key: &str, v: Value) -> Result<Vec<crate::dra::GresDriver>, ConfigError> {
+    use crate::dra::{DeviceIndex, GresDriver, GresDrivers};
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(type_err(key, &other, EXPECT_DRA_DRIVERS)),
+    };
+    let builtin = GresDrivers::builtin();
+    let mut out: Vec<GresDriver> = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        let Value::Object(fields) = item else {
+            return Err(type_err(&at, &item, EXPECT_DRA_DRIVERS));
+        };
+        let (mut name, mut index) = (None, None);
+        for (field, value) in fields {
+            let f = format!("{at}.{field}");
+            match field.to_ascii_lowercase().as_str() {
+                "name" => match value {
+                    Value::String(s) => name = Some(s),
+                    other => return Err(type_err(&f, &other, EXPECT_DRA_DRIVERS)),
+                },
+                "index" => {
+                    index = Some(match &value {
+                        Value::String(s) if s == "attribute" => DeviceIndex::Attribute,
+                        Value::String(s) if s == "name" => DeviceIndex::NameNumber,
+                        Value::String(s) => {
+                            return Err(field_err(&f, format!("got {s:?}"), EXPECT_DRA_DRIVERS));
+                        }
+                        other => return Err(type_err(&f, other, EXPECT_DRA_DRIVERS)),
+                    })
+                }
+                _ => {
+                    return Err(field_err(&f, "unknown field".into(), "name or index"));
+                }
+            }
+        }
+        let Some(name) = name else {
+            return Err(field_err(&at, "no name".into(), EXPECT_DRA_DRIVERS));
+        };
+        let Some(index) = index else {
+            return Err(field_err(
+                &format!("{at}.index"),
+                format!("missing for driver {name:?}"),
+                EXPECT_DRA_DRIVERS,
+            ));
+        };
+        let at_name = format!("{at}.name");
+        if name.len() > 63 || !is_dns_subdomain(&name) {
+            return Err(field_err(
+                &at_name,
+                format!("{name:?} is not a DRA driver name"),
+                EXPECT_DRA_DRIVERS,
+            ));
+        }
+        if name == crate::wellknown::DEVICECLASS_DRA_CPU || builtin.contains(&name) {
+            return Err(field_err(
+                &at_name,
+                format!("{name:?} is built in"),
+                EXPECT_DRA_DRIVERS,
+            ));
+        }
+        if out.iter().any(|d| d.name == name) {
+            return Err(field_err(
+                &at_name,
+                format!("{name:?} is listed twice"),
+                EXPECT_DRA_DRIVERS,
+            ));
+        }
+        out.push(GresDriver { name, index });
     }
     Ok(out)
 }
@@ -633,6 +725,119 @@ mod tests {
         ] {
             let err = Config::from_yaml(yaml).unwrap_err().to_string();
             assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn dra_device_drivers_parse() {
+        use crate::dra::{DeviceIndex, GresDriver};
+        let cfg = Config::from_yaml(
+            "draDeviceDrivers:\n- {name: test-driver.cdi.k8s.io, index: name}\n- {name: gpu.intel.com, index: attribute}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.dra_device_drivers,
+            vec![
+                GresDriver {
+                    name: "test-driver.cdi.k8s.io".into(),
+                    index: DeviceIndex::NameNumber
+                },
+                GresDriver {
+                    name: "gpu.intel.com".into(),
+                    index: DeviceIndex::Attribute
+                },
+            ]
+        );
+        let drivers = cfg.gres_drivers();
+        assert_eq!(drivers.get("gpu.nvidia.com"), Some(DeviceIndex::GpuName));
+        assert_eq!(drivers.get("gpu.example.com"), Some(DeviceIndex::Attribute));
+        assert_eq!(
+            drivers.get("test-driver.cdi.k8s.io"),
+            Some(DeviceIndex::NameNumber)
+        );
+        assert_eq!(
+            drivers.supported(),
+            "dra.cpu, gpu.nvidia.com, gpu.example.com, test-driver.cdi.k8s.io, gpu.intel.com"
+        );
+        // Absent or null: the built-ins only.
+        assert_eq!(
+            Config::default().gres_drivers(),
+            crate::dra::GresDrivers::builtin()
+        );
+        assert!(
+            Config::from_yaml("draDeviceDrivers: null")
+                .unwrap()
+                .dra_device_drivers
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn bad_dra_device_drivers_name_the_field() {
+        for (yaml, field, problem) in [
+            ("draDeviceDrivers: x", "draDeviceDrivers", "got a string"),
+            (
+                "draDeviceDrivers: [x]",
+                "draDeviceDrivers[0]",
+                "got a string",
+            ),
+            (
+                "draDeviceDrivers: [{index: name}]",
+                "draDeviceDrivers[0]",
+                "no name",
+            ),
+            (
+                "draDeviceDrivers: [{name: a.b}]",
+                "draDeviceDrivers[0].index",
+                "missing for driver \"a.b\"",
+            ),
+            (
+                "draDeviceDrivers: [{name: a.b, index: number}]",
+                "draDeviceDrivers[0].index",
+                "got \"number\"",
+            ),
+            (
+                "draDeviceDrivers: [{name: a.b, index: 3}]",
+                "draDeviceDrivers[0].index",
+                "got a number",
+            ),
+            (
+                "draDeviceDrivers: [{name: A_B, index: name}]",
+                "draDeviceDrivers[0].name",
+                "\"A_B\" is not a DRA driver name",
+            ),
+            (
+                "draDeviceDrivers: [{name: gpu.nvidia.com, index: name}]",
+                "draDeviceDrivers[0].name",
+                "is built in",
+            ),
+            (
+                "draDeviceDrivers: [{name: dra.cpu, index: attribute}]",
+                "draDeviceDrivers[0].name",
+                "is built in",
+            ),
+            (
+                "draDeviceDrivers: [{name: a.b, index: name}, {name: a.b, index: attribute}]",
+                "draDeviceDrivers[1].name",
+                "listed twice",
+            ),
+            (
+                "draDeviceDrivers: [{name: a.b, index: name, pool: x}]",
+                "draDeviceDrivers[0].pool",
+                "unknown field",
+            ),
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("config field {field}: ")) && err.contains(problem),
+                "{yaml}: {err}"
+            );
+            if field != "draDeviceDrivers[0].pool" {
+                assert!(
+                    err.contains("attribute") && err.contains("device-03"),
+                    "{err}"
+                );
+            }
         }
     }
 }

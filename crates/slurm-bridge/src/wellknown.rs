@@ -204,8 +204,6 @@ pub const DEVICECLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 pub const DEVICECLASS_DRA_CPU: &str = "dra.cpu";
 /// Extended resource name of DRA CPUs.
 pub const RESOURCE_DRA_CPU: &str = "deviceclass.resource.kubernetes.io/dra.cpu";
-/// DeviceClasses backed by GPUs that the bridge turns into GRES.
-pub const GPU_DEVICECLASSES: [&str; 2] = ["gpu.nvidia.com", "gpu.example.com"];
 /// Device-plugin GPU resources turned into `gres/gpu=N`.
 pub const DEVICE_PLUGIN_GPUS: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
 

@@ -361,6 +361,10 @@ clusterName: {{ . | quote }}
 {{- with .Values.schedulerConfig.defaultMemPerCpu }}
 defaultMemPerCpu: {{ . | int64 }}
 {{- end }}
+{{- with .Values.schedulerConfig.draDeviceDrivers }}
+draDeviceDrivers:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .Values.schedulerConfig.priorityClasses }}
 priorityClasses:
   {{- toYaml . | nindent 2 }}

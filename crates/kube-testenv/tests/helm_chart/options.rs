@@ -554,3 +554,23 @@ fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
     let binding = find(&docs, "ClusterRoleBinding", &name);
     assert_eq!(binding["subjects"][0]["name"], name.as_str());
 }
+
+/// `schedulerConfig.draDeviceDrivers` reaches config.yaml as `draDeviceDrivers`; by default it
+/// is left out (the built-in GPU drivers only).
+#[test]
+fn dra_device_drivers_reach_config_yaml() {
+    let config_of = |sets: &[&str]| -> serde_json::Value {
+        let docs = documents(&render(sets));
+        let cm = find(&docs, "ConfigMap", &format!("{PREFIX}-config"));
+        serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap()
+    };
+    assert!(config_of(&[]).get("draDeviceDrivers").is_none());
+    let config = config_of(&[
+        "schedulerConfig.draDeviceDrivers[0].name=test-driver.cdi.k8s.io",
+        "schedulerConfig.draDeviceDrivers[0].index=name",
+    ]);
+    assert_eq!(
+        config["draDeviceDrivers"],
+        serde_json::json!([{"name": "test-driver.cdi.k8s.io", "index": "name"}])
+    );
+}

@@ -138,7 +138,12 @@ impl Webhooks {
         };
         match webhook {
             Webhook::Mutate => Verdict::Allow(mutate::patch(req, &self.scheduler_name, managed)),
-            Webhook::Validate => match validate::validate(req, &self.scheduler_name, managed) {
+            Webhook::Validate => match validate::validate(
+                req,
+                &self.scheduler_name,
+                managed,
+                &self.config.gres_drivers(),
+            ) {
                 Ok(()) => match super::tenancy::check(
                     req,
                     &self.scheduler_name,

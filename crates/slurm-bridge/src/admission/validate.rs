@@ -9,9 +9,10 @@
 
 use super::managed::processed;
 use super::review::{AdmissionRequest, Operation, sub_resource};
+use crate::dra::GresDrivers;
 use crate::wellknown::{
-    ANNOTATION_SLURM_NODE, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES,
-    LABEL_SLURM_JOBID, RESOURCE_DRA_CPU, slurmjob,
+    ANNOTATION_SLURM_NODE, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, LABEL_SLURM_JOBID,
+    RESOURCE_DRA_CPU, slurmjob,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use std::collections::BTreeMap;
@@ -55,11 +56,13 @@ pub fn msg_gres_conflict(resource: &str) -> String {
     )
 }
 
-/// Checks `req`; `Err` holds the denial message.
+/// Checks `req`; `Err` holds the denial message. `drivers` are the DRA drivers whose
+/// DeviceClasses pods may ask for besides `dra.cpu` (the config's `draDeviceDrivers` included).
 pub fn validate(
     req: &AdmissionRequest<Pod>,
     scheduler_name: &str,
     in_managed_namespace: bool,
+    drivers: &GresDrivers,
 ) -> Result<(), String> {
     let Some(pod) = req.object.as_ref() else {
         // DELETE and CONNECT carry no object; nothing to check.
@@ -74,8 +77,10 @@ pub fn validate(
         return Ok(());
     }
     match req.operation {
-        Operation::Create => validate_create(pod),
-        Operation::Update => validate_update(pod, req.old_object.as_ref(), sub_resource(req)),
+        Operation::Create => validate_create(pod, drivers),
+        Operation::Update => {
+            validate_update(pod, req.old_object.as_ref(), sub_resource(req), drivers)
+        }
         Operation::Delete | Operation::Connect => Ok(()),
     }
 }
@@ -96,7 +101,7 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> &'a str {
 }
 
 /// Checks of a pod being created (reference §3.3 CREATE 1-7).
-pub fn validate_create(pod: &Pod) -> Result<(), String> {
+pub fn validate_create(pod: &Pod, drivers: &GresDrivers) -> Result<(), String> {
     if !label(pod, LABEL_SLURM_JOBID).is_empty() {
         return Err(MSG_JOBID_LABEL.into());
     }
@@ -116,16 +121,21 @@ pub fn validate_create(pod: &Pod) -> Result<(), String> {
         }
     }
     validate_cpu_resources(pod)?;
-    validate_dra_device_classes(pod)?;
+    validate_dra_device_classes(pod, drivers)?;
     validate_annotation_conflicts(pod)
 }
 
 /// Checks of a pod being updated (reference §3.3 UPDATE 2-5).
-pub fn validate_update(pod: &Pod, old: Option<&Pod>, sub_resource: &str) -> Result<(), String> {
+pub fn validate_update(
+    pod: &Pod,
+    old: Option<&Pod>,
+    sub_resource: &str,
+    drivers: &GresDrivers,
+) -> Result<(), String> {
     if sub_resource == "resize" {
         return Err(MSG_RESIZE.into());
     }
-    validate_dra_device_classes(pod)?;
+    validate_dra_device_classes(pod, drivers)?;
     validate_annotation_conflicts(pod)?;
     let running = pod
         .status
@@ -179,13 +189,14 @@ pub fn validate_cpu_resources(pod: &Pod) -> Result<(), String> {
     Ok(())
 }
 
-/// CREATE 6 / UPDATE 3: every DRA extended resource names a supported device class.
-pub fn validate_dra_device_classes(pod: &Pod) -> Result<(), String> {
+/// CREATE 6 / UPDATE 3: every DRA extended resource names a supported device class: `dra.cpu`
+/// or one of `drivers`.
+pub fn validate_dra_device_classes(pod: &Pod, drivers: &GresDrivers) -> Result<(), String> {
     for c in containers(pod) {
         for name in resource_names(c.resources.as_ref()) {
             if let Some(class) = name.strip_prefix(DEVICECLASS_PREFIX)
                 && class != DEVICECLASS_DRA_CPU
-                && !GPU_DEVICECLASSES.contains(&class)
+                && !drivers.contains(class)
             {
                 return Err(msg_unsupported_class(&c.name, class));
             }

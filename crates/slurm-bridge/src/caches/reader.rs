@@ -35,6 +35,7 @@ pub struct CachedReader {
     objects: Arc<ObjectCaches>,
     cached: AtomicU64,
     live_reads: AtomicU64,
+    drivers: crate::dra::GresDrivers,
 }
 
 impl CachedReader {
@@ -45,8 +46,16 @@ impl CachedReader {
             pods,
             objects,
             cached: AtomicU64::new(0),
+            drivers: crate::dra::GresDrivers::builtin(),
             live_reads: AtomicU64::new(0),
         }
+    }
+
+    /// The same, its translations' DRA classes of `drivers` GRES (the config's
+    /// `draDeviceDrivers`).
+    pub fn with_gres_drivers(mut self, drivers: crate::dra::GresDrivers) -> Self {
+        self.drivers = drivers;
+        self
     }
 
     /// Reads answered from the caches so far.
@@ -93,6 +102,10 @@ fn pod_as_owner(pod: &Pod) -> DynamicObject {
 }
 
 impl WorkloadReader for CachedReader {
+    fn gres_drivers(&self) -> crate::dra::GresDrivers {
+        self.drivers.clone()
+    }
+
     async fn get(&self, object: &ObjectRef) -> Result<DynamicObject, ReadError> {
         if object.is("v1", "Pod") {
             if let Some(reads) = &self.pods

@@ -81,7 +81,7 @@ pub struct Report {
 /// Translate manifests given as `(source name, YAML text)`.
 pub async fn translate_manifests(sources: &[(String, String)], cfg: &Config) -> Report {
     let mut report = Report::default();
-    let mut reader = ManifestReader::new();
+    let mut reader = ManifestReader::new().with_gres_drivers(cfg.gres_drivers());
     for (name, text) in sources {
         if let Err(errors) = reader.load_yaml(name, text) {
             report.errors.extend(errors.iter().map(ToString::to_string));

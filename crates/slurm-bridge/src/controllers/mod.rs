@@ -154,6 +154,7 @@ pub fn run_with<S: Slurm + NodeControl>(
         workers: opts.node_workers,
         resync: opts.resync,
         cluster: Some(opts.config.cluster_name.clone()).filter(|c| !c.is_empty()),
+        gres_drivers: opts.config.gres_drivers(),
     };
     let (ready_tx, ready_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);

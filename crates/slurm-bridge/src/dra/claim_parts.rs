@@ -1,6 +1,6 @@
 //! The ResourceClaim requests and allocation results naming exactly the devices of a share.
 
-use super::{DeviceAsk, DraError, GPU_NVIDIA, NodeInventory, REQUEST_CPU, REQUEST_GPU, Share};
+use super::{DeviceAsk, DraError, GresDrivers, NodeInventory, REQUEST_CPU, REQUEST_GPU, Share};
 use crate::wellknown::DEVICECLASS_DRA_CPU;
 use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
 use k8s_openapi::api::resource::v1::{
@@ -42,13 +42,14 @@ fn join<T: ToString>(v: impl IntoIterator<Item = T>) -> String {
 
 /// The claim naming exactly `share`'s devices. `classes` are the DeviceClasses that exist: a GPU
 /// class without one is left out of the claim (as the reference), a CPU ask without `dra.cpu`
-/// is refused.
+/// is refused. `drivers` give each GPU class's selector.
 pub fn claim_parts(
     node: &str,
     inv: &NodeInventory,
     ask: &DeviceAsk,
     share: &Share,
     classes: &BTreeSet<String>,
+    drivers: &GresDrivers,
 ) -> Result<ClaimParts, DraError> {
     let mut parts = ClaimParts::default();
     let mut request_of: BTreeMap<&str, &str> = BTreeMap::new();
@@ -107,17 +108,7 @@ pub fn claim_parts(
                 ..Default::default()
             });
         }
-        let cel = if class == GPU_NVIDIA {
-            format!(
-                "device.attributes['{class}'].name in [{}]",
-                join(chosen.iter().map(|d| format!("'{}'", d.name)))
-            )
-        } else {
-            format!(
-                "device.attributes['{class}'].index in [{}]",
-                join(chosen.iter().map(|d| d.index))
-            )
-        };
+        let cel = drivers.selector(class, &chosen);
         parts
             .requests
             .push(exact(class, REQUEST_GPU, chosen.len(), cel));

@@ -55,11 +55,13 @@ pub enum ClaimError {
 }
 
 /// What making, undoing and reading claims needs: the API client, the cached ResourceSlices (the
-/// nodes' devices) and the field manager the writes are made as (the scheduler's name).
+/// nodes' devices), the drivers whose devices are GRES (the config's included) and the field
+/// manager the writes are made as (the scheduler's name).
 #[derive(Clone)]
 pub struct ClaimWriter {
     pub client: kube::Client,
     pub slices: Store<ResourceSlice>,
+    pub drivers: dra::GresDrivers,
     pub field_manager: String,
 }
 
@@ -151,9 +153,10 @@ pub async fn plan(
                 .map(|g| (g.type_.as_deref(), g.index.as_deref())),
         )
         .map_err(|e| (None, e.into()))?;
-        let inv = std::sync::Arc::new(NodeInventory::from_slices(
+        let inv = std::sync::Arc::new(NodeInventory::with_drivers(
             node,
             slices.iter().map(|s| s.as_ref()),
+            &writer.drivers,
         ));
         let here: Vec<(&String, &DeviceAsk)> = asks
             .iter()
@@ -192,7 +195,7 @@ pub async fn ensure_claim(
     let claims: Api<ResourceClaim> = Api::namespaced(writer.client.clone(), &ns);
     let uid = pod.uid().unwrap_or_default();
     let classes = existing_classes(writer, p).await?;
-    let parts = dra::claim_parts(&p.node, &p.inv, &p.ask, &p.share, &classes)?;
+    let parts = dra::claim_parts(&p.node, &p.inv, &p.ask, &p.share, &classes, &writer.drivers)?;
     if parts.requests.is_empty() || parts.mappings.is_empty() {
         return Ok(None);
     }

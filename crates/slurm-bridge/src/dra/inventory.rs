@@ -1,8 +1,8 @@
 //! A node's DRA devices from its ResourceSlices, and Slurm's GRES index lists.
 
-use super::{DraError, GPU_NVIDIA, MAX_INDICES};
+use super::{DraError, GresDrivers, MAX_INDICES};
 use crate::resources::cpumap::{CpuInfo, CpuMap};
-use crate::wellknown::{DEVICECLASS_DRA_CPU, GPU_DEVICECLASSES};
+use crate::wellknown::DEVICECLASS_DRA_CPU;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,7 +61,8 @@ pub struct GpuDevice {
     /// Device name in the slice (`gpu-0`).
     pub name: String,
     pub pool: String,
-    /// `index` attribute (gpu.example.com) or the number of `gpu-<n>` (gpu.nvidia.com).
+    /// `index` attribute (gpu.example.com), the number of `gpu-<n>` (gpu.nvidia.com), or as
+    /// the config says for its drivers ([`GresDrivers::index_of`]).
     pub index: i64,
 }
 
@@ -91,10 +92,20 @@ fn merge_order(slices: &mut [&ResourceSlice]) {
 }
 
 impl NodeInventory {
-    /// The inventory of `node` from `slices` (any slices; those of other nodes are skipped).
+    /// The inventory of `node` from `slices` (any slices; those of other nodes are skipped),
+    /// with the built-in GPU drivers only ([`GresDrivers::builtin`]).
     pub fn from_slices<'a>(
         node: &str,
         slices: impl IntoIterator<Item = &'a ResourceSlice>,
+    ) -> NodeInventory {
+        Self::with_drivers(node, slices, &GresDrivers::builtin())
+    }
+
+    /// The inventory of `node` from `slices`, the devices of `drivers` as GPUs (GRES).
+    pub fn with_drivers<'a>(
+        node: &str,
+        slices: impl IntoIterator<Item = &'a ResourceSlice>,
+        drivers: &GresDrivers,
     ) -> NodeInventory {
         let mut mine: Vec<&ResourceSlice> = slices
             .into_iter()
@@ -118,15 +129,8 @@ impl NodeInventory {
                     if info.cpu_id >= 0 {
                         cpus.insert(info.cpu_id, (info, pool.clone()));
                     }
-                } else if GPU_DEVICECLASSES.contains(&driver) {
-                    let index = if driver == GPU_NVIDIA {
-                        d.name
-                            .strip_prefix("gpu-")
-                            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                            .and_then(|n| n.parse::<i64>().ok())
-                    } else {
-                        int_attr(driver, d, "index").filter(|i| *i >= 0)
-                    };
+                } else if drivers.contains(driver) {
+                    let index = drivers.index_of(driver, d);
                     if let Some(index) = index {
                         gpus.entry(driver.to_string()).or_default().insert(
                             index,

@@ -1,7 +1,8 @@
 //! DRA devices of a node and of a pod (reference §1.6, §5.7, §5.10). Pure, no I/O.
 //!
-//! - [`NodeInventory`]: a node's CPUs (`dra.cpu`) and GPUs (`gpu.nvidia.com`, `gpu.example.com`)
-//!   from its ResourceSlices, and the `Gres=`/`GresConf=` it registers in Slurm with.
+//! - [`NodeInventory`]: a node's CPUs (`dra.cpu`) and GPUs (`gpu.nvidia.com`, `gpu.example.com`
+//!   and the config's `draDeviceDrivers`, [`GresDrivers`]) from its ResourceSlices, and the
+//!   `Gres=`/`GresConf=` it registers in Slurm with.
 //! - [`parse_gres_index`]: Slurm's GRES index lists (`0-1,3`).
 //! - [`DeviceAsk`]: what a pod asks of DRA extended resources (`deviceclass.resource.kubernetes.io/<class>`).
 //! - [`share`]: the part of a node's Slurm allocation that one pod gets, and [`claim_parts`] the
@@ -18,6 +19,7 @@
 mod ask;
 mod claim_parts;
 pub mod claims;
+mod drivers;
 mod inventory;
 mod share;
 #[cfg(test)]
@@ -25,6 +27,7 @@ mod tests;
 
 pub use ask::DeviceAsk;
 pub use claim_parts::{ClaimParts, claim_parts};
+pub use drivers::{DeviceIndex, GresDriver, GresDrivers};
 pub use inventory::{GpuDevice, NodeInventory, parse_gres_index};
 pub use share::{NodeAllocation, Share, share};
 

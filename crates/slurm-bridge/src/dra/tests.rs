@@ -188,7 +188,15 @@ fn asks_and_claims() {
     assert_eq!(shares[0].gpus[GPU_EXAMPLE], [1, 2]);
     assert_eq!(shares[1].gpus[GPU_EXAMPLE], [3]);
     let classes: BTreeSet<String> = [GPU_EXAMPLE.to_string(), "dra.cpu".into()].into();
-    let parts = claim_parts("n1", &inv, &a, &shares[0], &classes).unwrap();
+    let parts = claim_parts(
+        "n1",
+        &inv,
+        &a,
+        &shares[0],
+        &classes,
+        &GresDrivers::builtin(),
+    )
+    .unwrap();
     let devices: Vec<(&str, &str)> = parts
         .results
         .iter()
@@ -222,7 +230,7 @@ fn asks_and_claims() {
         ..Default::default()
     };
     assert!(matches!(
-        claim_parts("n1", &inv, &a, &far, &classes),
+        claim_parts("n1", &inv, &a, &far, &classes, &GresDrivers::builtin()),
         Err(DraError::GpuNotOnNode { index: 7, .. })
     ));
     // CPU: bitmap {0} with SMT pair {0,1}.
@@ -232,7 +240,7 @@ fn asks_and_claims() {
     let ask = DeviceAsk::of(&cpu_pod).unwrap().unwrap();
     let alloc = NodeAllocation::parse(Some("0x1"), []).unwrap();
     let sh = share("n1", &inv, &alloc, &[&ask]).unwrap();
-    let parts = claim_parts("n1", &inv, &ask, &sh[0], &classes).unwrap();
+    let parts = claim_parts("n1", &inv, &ask, &sh[0], &classes, &GresDrivers::builtin()).unwrap();
     let ex = parts.requests[0].exactly.as_ref().unwrap();
     assert_eq!(ex.count, Some(2));
     assert_eq!(
@@ -253,7 +261,14 @@ fn asks_and_claims() {
     );
     // No dra.cpu DeviceClass.
     assert_eq!(
-        claim_parts("n1", &inv, &ask, &sh[0], &[GPU_EXAMPLE.to_string()].into()),
+        claim_parts(
+            "n1",
+            &inv,
+            &ask,
+            &sh[0],
+            &[GPU_EXAMPLE.to_string()].into(),
+            &GresDrivers::builtin()
+        ),
         Err(DraError::NoCpuDeviceClass)
     );
     // A GPU class in two containers.
@@ -265,4 +280,142 @@ fn asks_and_claims() {
         DeviceAsk::of(&two),
         Err(DraError::ClassInTwoContainers { .. })
     ));
+}
+
+/// Kubernetes' DRA test driver's devices: `device-00` .. with no attributes, one pool named
+/// after the node.
+fn test_driver_devices(n: usize) -> serde_json::Value {
+    json!(
+        (0..n)
+            .map(|i| json!({"name": format!("device-{i:02}")}))
+            .collect::<Vec<_>>()
+    )
+}
+
+const TEST_DRIVER: &str = "test-driver.cdi.k8s.io";
+
+fn admin_drivers() -> GresDrivers {
+    GresDrivers::with([
+        GresDriver {
+            name: TEST_DRIVER.into(),
+            index: DeviceIndex::NameNumber,
+        },
+        GresDriver {
+            name: "gpu.intel.com".into(),
+            index: DeviceIndex::Attribute,
+        },
+    ])
+}
+
+/// A driver of the config's: its devices are GRES with the index it names (the number at the
+/// end of the name, or the `index` attribute); without it in the list they are not devices the
+/// bridge uses, and the built-ins read as before.
+#[test]
+fn admin_drivers_inventory() {
+    let drivers = admin_drivers();
+    let mut devices = test_driver_devices(4);
+    // Out of order, and one whose name ends in no number (left out).
+    devices.as_array_mut().unwrap().reverse();
+    devices
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "spare"}));
+    let s = [slice("t", "n1", TEST_DRIVER, "n1", devices)];
+    assert!(NodeInventory::from_slices("n1", &s).is_empty());
+    let inv = NodeInventory::with_drivers("n1", &s, &drivers);
+    let got: Vec<(&str, i64)> = inv.gpus[TEST_DRIVER]
+        .iter()
+        .map(|d| (d.name.as_str(), d.index))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("device-00", 0),
+            ("device-01", 1),
+            ("device-02", 2),
+            ("device-03", 3)
+        ]
+    );
+    assert_eq!(
+        inv.gres_and_conf().unwrap(),
+        (
+            "gpu:test-driver.cdi.k8s.io:4".into(),
+            "count=4,name=gpu,type=test-driver.cdi.k8s.io,file=device-00,file=device-01,\
+             file=device-02,file=device-03"
+                .into()
+        )
+    );
+    // An attribute-indexed driver: `index` or `<driver>/index`, negative ones left out.
+    let intel = [slice(
+        "i",
+        "n2",
+        "gpu.intel.com",
+        "p",
+        json!([
+            {"name": "card1", "attributes": {"gpu.intel.com/index": {"int": 1}}},
+            {"name": "card0", "attributes": {"index": {"int": 0}}},
+            {"name": "bad", "attributes": {"index": {"int": -1}}},
+        ]),
+    )];
+    let inv = NodeInventory::with_drivers("n2", &intel, &drivers);
+    assert_eq!(inv.gres_and_conf().unwrap().0, "gpu:gpu.intel.com:2");
+    assert_eq!(inv.gpus["gpu.intel.com"][0].name, "card0");
+    // The built-ins are unchanged by the list: nvidia reads gpu-<n> names only.
+    let nv = [slice(
+        "nv",
+        "n1",
+        GPU_NVIDIA,
+        "n1",
+        json!([{"name": "gpu-1"}, {"name": "mig-1"}]),
+    )];
+    assert_eq!(
+        NodeInventory::with_drivers("n1", &nv, &drivers),
+        NodeInventory::from_slices("n1", &nv)
+    );
+    // A built-in and an admin driver on one node: one GPU type per node.
+    let both = [s[0].clone(), nv[0].clone()];
+    assert!(matches!(
+        NodeInventory::with_drivers("n1", &both, &drivers).gres_and_conf(),
+        Err(DraError::MixedGpus(_))
+    ));
+}
+
+/// A claim for a name-indexed driver's devices: results name the devices Slurm's indices stand
+/// for, the selector names the driver (DRA's CEL cannot see device names).
+#[test]
+fn admin_driver_claim() {
+    let drivers = admin_drivers();
+    let s = [slice("t", "n1", TEST_DRIVER, "n1", test_driver_devices(4))];
+    let inv = NodeInventory::with_drivers("n1", &s, &drivers);
+    let p = pod(json!([{"name": "c", "resources": {"limits": {
+        "deviceclass.resource.kubernetes.io/test-driver.cdi.k8s.io": "2"}}}]));
+    let ask = DeviceAsk::of(&p).unwrap().unwrap();
+    let alloc = NodeAllocation::parse(None, [(Some(TEST_DRIVER), Some("1,3"))]).unwrap();
+    let sh = share("n1", &inv, &alloc, &[&ask]).unwrap();
+    let classes: BTreeSet<String> = [TEST_DRIVER.to_string()].into();
+    let parts = claim_parts("n1", &inv, &ask, &sh[0], &classes, &drivers).unwrap();
+    let got: Vec<(&str, &str, &str)> = parts
+        .results
+        .iter()
+        .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (TEST_DRIVER, "n1", "device-01"),
+            (TEST_DRIVER, "n1", "device-03")
+        ]
+    );
+    let ex = parts.requests[0].exactly.as_ref().unwrap();
+    assert_eq!(ex.device_class_name, TEST_DRIVER);
+    assert_eq!(ex.count, Some(2));
+    assert_eq!(
+        ex.selectors.as_ref().unwrap()[0]
+            .cel
+            .as_ref()
+            .unwrap()
+            .expression,
+        "device.driver == 'test-driver.cdi.k8s.io'"
+    );
+    assert_eq!(parts.mappings[0].request_name, REQUEST_GPU);
 }

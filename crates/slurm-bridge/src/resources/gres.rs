@@ -4,9 +4,8 @@ use crate::k8s::slim_pod::PodSpec;
 
 use super::pod_resources::{ResourceError, pod_limits};
 use super::quantity::Quantity;
-use crate::wellknown::{
-    DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX, GPU_DEVICECLASSES,
-};
+use crate::dra::GresDrivers;
+use crate::wellknown::{DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX};
 
 /// Why a pod's devices cannot be expressed as Slurm GRES.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,13 +16,16 @@ pub enum GresError {
     /// A DRA extended resource whose DeviceClass the bridge cannot map to Slurm.
     #[error(
         "extended resource {resource} is backed by DeviceClass {class:?}, which slurm-bridge \
-         does not support (supported DeviceClasses: dra.cpu, gpu.nvidia.com, gpu.example.com)"
+         does not support (supported DeviceClasses: {supported}; more DRA drivers are added \
+         by the config's draDeviceDrivers)"
     )]
     UnsupportedDeviceClass {
         /// Full resource name.
         resource: String,
         /// DeviceClass name.
         class: String,
+        /// The DeviceClasses taken, comma-separated.
+        supported: String,
     },
     /// A device count that is not a whole positive number.
     #[error("resource {resource}: device count {value} is not a whole number")]
@@ -39,9 +41,11 @@ pub enum GresError {
 ///
 /// The largest device count wins across pods and resources; on a tie the first pod (in
 /// the given order) and the first resource name (sorted) wins, so the result is
-/// deterministic (the reference used map order).
+/// deterministic (the reference used map order). A DRA class is GRES `gpu:<class>` when
+/// `drivers` has it.
 pub fn gres_for<'a>(
     specs: impl IntoIterator<Item = &'a PodSpec>,
+    drivers: &GresDrivers,
 ) -> Result<Option<String>, GresError> {
     let mut best: Option<(Quantity, String)> = None;
     for spec in specs {
@@ -53,10 +57,11 @@ pub fn gres_for<'a>(
                 if class == DEVICECLASS_DRA_CPU {
                     continue;
                 }
-                if !GPU_DEVICECLASSES.contains(&class) {
+                if !drivers.contains(class) {
                     return Err(GresError::UnsupportedDeviceClass {
                         resource: name.clone(),
                         class: class.to_string(),
+                        supported: drivers.supported(),
                     });
                 }
                 format!("gres/gpu:{class}")
@@ -157,21 +162,38 @@ mod tests {
             ),
         ];
         for (i, (pods, want)) in cases.into_iter().enumerate() {
-            assert_eq!(gres_for(&pods).unwrap().as_deref(), want, "case {i}");
+            let builtin = GresDrivers::builtin();
+            assert_eq!(
+                gres_for(&pods, &builtin).unwrap().as_deref(),
+                want,
+                "case {i}"
+            );
         }
     }
 
     #[test]
     fn unsupported_device_class_is_rejected() {
-        let err = gres_for(&[pod(&[(
+        let fpga = [pod(&[(
             "deviceclass.resource.kubernetes.io/fpga.acme.com",
             "1",
-        )])])
-        .unwrap_err();
+        )])];
+        let err = gres_for(&fpga, &GresDrivers::builtin()).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("fpga.acme.com") && text.contains("does not support"),
+            text.contains("fpga.acme.com")
+                && text.contains("does not support")
+                && text.contains("dra.cpu, gpu.nvidia.com, gpu.example.com;")
+                && text.contains("draDeviceDrivers"),
             "{text}"
+        );
+        // An admin's driver is GRES like the GPU drivers.
+        let drivers = GresDrivers::with([crate::dra::GresDriver {
+            name: "fpga.acme.com".into(),
+            index: crate::dra::DeviceIndex::NameNumber,
+        }]);
+        assert_eq!(
+            gres_for(&fpga, &drivers).unwrap().as_deref(),
+            Some("gres/gpu:fpga.acme.com=1")
         );
     }
 
@@ -188,7 +210,10 @@ mod tests {
     #[test]
     fn fractional_gpu_is_rejected() {
         assert!(matches!(
-            gres_for(&[pod(&[("nvidia.com/gpu", "500m")])]),
+            gres_for(
+                &[pod(&[("nvidia.com/gpu", "500m")])],
+                &GresDrivers::builtin()
+            ),
             Err(GresError::NotWhole { .. })
         ));
     }

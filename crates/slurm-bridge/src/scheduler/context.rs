@@ -168,7 +168,9 @@ impl<S: Slurm> Ctx<S> {
         metrics: Arc<Metrics>,
     ) -> Self {
         Ctx {
-            reader: caches.reader(client.clone()),
+            reader: caches
+                .reader(client.clone())
+                .with_gres_drivers(config.gres_drivers()),
             writer: PodWriter::new(client.clone(), &config.scheduler_name)
                 .repairing_labels(&metrics.kube_writes),
             tenancy: crate::tenancy::Tenancy::new(&config, Some(client.clone())),
@@ -265,6 +267,7 @@ impl<S: Slurm> Ctx<S> {
         crate::dra::claims::ClaimWriter {
             client: self.client.clone(),
             slices: self.slices.clone(),
+            drivers: self.config.gres_drivers(),
             field_manager: self.config.scheduler_name.clone(),
         }
     }

@@ -10,6 +10,7 @@ use super::kinds::{self, KindOutput, pod_label, pod_namespace};
 use super::owner::root_owner;
 use super::reader::{ObjectRef, ReadError, WorkloadReader};
 use super::{TranslateError, Translation, kind};
+use crate::dra::GresDrivers;
 use crate::resources::gres::{gres_for, gres_times};
 use crate::resources::pod_resources::cpu_and_memory;
 use crate::wellknown::{LABEL_COSCHEDULING_POD_GROUP, slurmjob};
@@ -56,7 +57,7 @@ pub async fn translate<R: WorkloadReader>(
             kinds::pod::translate(pod, &walk)
         }
     };
-    finish(out)
+    finish(out, &reader.gres_drivers())
 }
 
 async fn coscheduling<R: WorkloadReader>(
@@ -115,8 +116,9 @@ fn pack(job: &mut JobInfo, ann: &BTreeMap<String, String>, pods: usize) {
     }
 }
 
-/// Resources, GRES and annotations on top of the kind's result (reference §4.4 step 6).
-fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
+/// Resources, GRES (of `drivers`' DRA classes) and annotations on top of the kind's result
+/// (reference §4.4 step 6).
+fn finish(out: KindOutput, drivers: &GresDrivers) -> Result<Translation, TranslateError> {
     let KindOutput {
         group_key,
         root,
@@ -134,7 +136,7 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
             pod: pod_key(p),
             message: e.to_string(),
         })?;
-        gres_for([&spec]).map_err(|e| TranslateError::Resources {
+        gres_for([&spec], drivers).map_err(|e| TranslateError::Resources {
             pod: pod_key(p),
             message: e.to_string(),
         })?;
@@ -154,7 +156,7 @@ fn finish(out: KindOutput) -> Result<Translation, TranslateError> {
     if cm.mem_per_node_mib.is_some() {
         job.mem_per_node_mib = cm.mem_per_node_mib;
     }
-    if let Some(g) = gres_for(&specs).map_err(|e| resources_err(e.to_string()))? {
+    if let Some(g) = gres_for(&specs, drivers).map_err(|e| resources_err(e.to_string()))? {
         job.gres = Some(g);
     }
     annotations::apply(&ann, &mut job).map_err(|errors| TranslateError::Annotations {

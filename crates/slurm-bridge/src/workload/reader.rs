@@ -93,6 +93,12 @@ pub enum ReadError {
 
 /// Reads of Kubernetes objects the translation needs.
 pub trait WorkloadReader: Sync {
+    /// The DRA drivers whose devices the translation turns into GRES (the config's
+    /// `draDeviceDrivers` with the built-in GPU drivers); by default the built-ins only.
+    fn gres_drivers(&self) -> crate::dra::GresDrivers {
+        crate::dra::GresDrivers::builtin()
+    }
+
     /// GET one object (any apiVersion/kind) in the namespace of `object`.
     fn get(
         &self,

@@ -131,6 +131,7 @@ impl Harness {
                 workers: 2,
                 resync: Duration::from_secs(300),
                 cluster: None,
+                gres_drivers: Default::default(),
             },
             self.metrics.clone(),
             async move {

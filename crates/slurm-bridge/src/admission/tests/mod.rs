@@ -72,7 +72,12 @@ fn mutate_req(r: &AdmissionRequest<Pod>) -> Vec<Value> {
 }
 
 fn validate_req(r: &AdmissionRequest<Pod>) -> Result<(), String> {
-    validate(r, BRIDGE, managed(review::namespace(r)))
+    validate(
+        r,
+        BRIDGE,
+        managed(review::namespace(r)),
+        &crate::dra::GresDrivers::builtin(),
+    )
 }
 
 fn sched(name: &str) -> Value {

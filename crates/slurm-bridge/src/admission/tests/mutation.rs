@@ -7,7 +7,10 @@ use super::*;
 fn empty_pod_empty_config_is_unchanged() {
     let r = create(Pod::default());
     assert!(mutate::mutate(&r, "", false).0.is_empty());
-    assert_eq!(validate(&r, "", false), Ok(()));
+    assert_eq!(
+        validate(&r, "", false, &crate::dra::GresDrivers::builtin()),
+        Ok(())
+    );
 }
 
 #[test]

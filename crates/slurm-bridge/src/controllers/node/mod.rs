@@ -68,6 +68,9 @@ pub struct NodeControllerOptions {
     /// The bridge's cluster name (config `clusterName`), written in the mark of every node it
     /// registers; nodes marked by another cluster's bridge are left alone.
     pub cluster: Option<String>,
+    /// The DRA drivers whose devices register as GRES (config `draDeviceDrivers` with the
+    /// built-in GPU drivers).
+    pub gres_drivers: crate::dra::GresDrivers,
 }
 
 /// Retry of a removal waiting for its node to go idle, in case the listing's change is missed.

@@ -60,6 +60,7 @@ pub enum ManifestError {
 #[derive(Debug, Clone, Default)]
 pub struct ManifestReader {
     objects: BTreeMap<ObjectRef, DynamicObject>,
+    drivers: crate::dra::GresDrivers,
 }
 
 /// A stable FNV-1a hash (generated names and uids must not change between runs).
@@ -87,6 +88,12 @@ impl ManifestReader {
     /// An empty reader.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same, its pods' DRA classes of `drivers` GRES (the config's `draDeviceDrivers`).
+    pub fn with_gres_drivers(mut self, drivers: crate::dra::GresDrivers) -> Self {
+        self.drivers = drivers;
+        self
     }
 
     /// Number of objects held.
@@ -284,6 +291,10 @@ impl ManifestReader {
 }
 
 impl WorkloadReader for ManifestReader {
+    fn gres_drivers(&self) -> crate::dra::GresDrivers {
+        self.drivers.clone()
+    }
+
     async fn get(&self, object: &ObjectRef) -> Result<DynamicObject, ReadError> {
         self.objects
             .get(object)

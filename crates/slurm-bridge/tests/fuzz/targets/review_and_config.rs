@@ -39,7 +39,12 @@ fn admission_review(bytes: &[u8]) -> Result<(), TestCaseError> {
                         applied
                     );
                 }
-                let verdict = match validate(&req, SCHEDULER, managed) {
+                let verdict = match validate(
+                    &req,
+                    SCHEDULER,
+                    managed,
+                    &slurm_bridge::dra::GresDrivers::builtin(),
+                ) {
                     Ok(()) => Verdict::Allow(patch),
                     Err(m) => {
                         prop_assert!(!m.is_empty(), "denied without a message");

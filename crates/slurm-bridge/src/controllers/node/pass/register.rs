@@ -33,9 +33,10 @@ pub(super) async fn registration_step<S: NodeControl, C: SlurmNodes>(
         };
         return Ok((None, removal));
     }
-    let inv = crate::dra::NodeInventory::from_slices(
+    let inv = crate::dra::NodeInventory::with_drivers(
         &p.name,
         ctx.slices.state().iter().map(|s| s.as_ref()),
+        &ctx.opts.gres_drivers,
     );
     let d = match registration::desired(p.node, &inv) {
         Ok(d) => d,
