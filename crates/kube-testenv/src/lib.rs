@@ -16,6 +16,7 @@ pub mod agent;
 mod attached;
 pub mod binaries;
 pub mod crds;
+pub mod dra_driver;
 pub mod error;
 pub mod faults;
 mod gobuild;
@@ -31,6 +32,7 @@ mod workloads;
 
 pub use agent::NodeSpec;
 pub use attached::Attached;
+pub use dra_driver::DraTestDriver;
 pub use error::{Error, Result};
 pub use faults::Daemon;
 pub use instance::{
