@@ -975,6 +975,8 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         "scheduler, controllers and two admission replicas: {first:?}"
     );
     // --- the node agent DaemonSet: one pod on each hybrid node, registered with containerd ---
+    // What the node agent's checks add to the test, said at the end.
+    let mut agent_checks = Duration::ZERO;
     let agents_ready = Instant::now();
     let first_agents = wait_node_agents(&env).await;
     eprintln!(
@@ -983,6 +985,7 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     );
     let host_cpus = slurm_testenv::cpus::HostCpus::detect().unwrap().count() as usize;
     wait_dra_cpu_slices(&env, host_cpus).await;
+    agent_checks += agents_ready.elapsed();
 
     // --- the webhook through its Service; scheduling through Slurm; the container runs ----
     a_pod_is_admitted_scheduled_and_runs(&env, "hello").await;
@@ -1007,6 +1010,7 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     let steady_job = e2e::job_id_of(&steady);
     let steady_node = e2e::node_of(&steady);
     e2e::wait_phase(&pods, "steady", "Running", WAIT).await;
+    let checking = Instant::now();
     let (pinned, every) = job_machine_cpus(&env, steady_job);
     assert_eq!(
         e2e::job_field(&env, steady_job, "NodeList"),
@@ -1053,6 +1057,7 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
 
     // --- the agents as the nodes' dra.cpu DRA driver (nodeAgent.draCpu) --------------------
     a_dra_cpu_pod_runs_on_its_claims_cpus(&env).await;
+    agent_checks += checking.elapsed();
 
     // --- helm upgrade: every Deployment rolls; one scheduler at a time ---------------------
     let (old_holder, old_transitions) = wait_some("the scheduler's Lease held", WAIT, async || {
@@ -1151,6 +1156,7 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     assert_one_job_per_pod(&env).await;
     // The config checksum rolled the node agents too: the new ones registered, and left the
     // pinned container as it was.
+    let checking = Instant::now();
     let second_agents = wait_node_agents(&env).await;
     assert!(
         first_agents
@@ -1169,9 +1175,11 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         steady_container,
         "steady's container was neither replaced nor restarted"
     );
+    agent_checks += checking.elapsed();
 
     // --- helm uninstall: the pre-delete hook Job runs as a pod -----------------------------
     uninstall_runs_the_hook(&env, "steady").await;
+    let checking = Instant::now();
     // The DaemonSet is gone with its pods; the agents' exit killed nothing: steady's container
     // runs on, still pinned.
     assert!(
@@ -1203,7 +1211,12 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         env.active_job_ids().contains(&steady_job),
         "job {steady_job} runs on"
     );
-    eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
+    agent_checks += checking.elapsed();
+    eprintln!(
+        "total {:.1} s, of which the node agent's checks {:.1} s",
+        started.elapsed().as_secs_f64(),
+        agent_checks.as_secs_f64()
+    );
 }
 
 /// `mode: run`, the one Deployment of `slurm-bridge run` (scheduler, controllers and webhooks in
