@@ -15,12 +15,12 @@
 mod e2e;
 
 use e2e::controllers::Controllers;
-use e2e::{Env, NS, allocated, claim_name, job_id_of, node_of, temp_dir, terminate, wait_some};
+use e2e::{Env, NS, allocated, claim_name, job_id_of, node_of, wait_some};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube_testenv::DraTestDriver;
 use serde_json::json;
 use slurm_bridge::dra::{DeviceIndex, GresDriver, GresDrivers, NodeInventory};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const DRIVER: &str = "test-driver.cdi.k8s.io";
@@ -36,80 +36,20 @@ fn driver_setting() -> Vec<GresDriver> {
     }]
 }
 
-/// The test driver's kubelet plugin for [`NODE`], a process on the host using the kubelet's
-/// folders (`Instance::kubelet_dirs`): its registration socket in `plugins_registry/`, its DRA
-/// socket in `plugins/<driver>/` (it names the host path to the kubelet, which sees the same
-/// file there), its CDI specs in containerd's CDI folder. Killed when dropped.
-struct TestDriver {
-    child: std::process::Child,
-    log: PathBuf,
+/// The test driver as [`NODE`]'s DRA driver (kube-testenv's helper: the kubelet's folders,
+/// the instance's kubeconfig, `-v=6`), registered by the kubelet.
+async fn start_driver(env: &Env) -> DraTestDriver {
+    DraTestDriver::start(&env.kube_env, NODE, DRIVER, 4)
+        .await
+        .expect("the DRA test driver registered with the kubelet")
 }
 
-impl TestDriver {
-    /// Starts it and waits until the kubelet has registered it.
-    async fn start(env: &Env) -> TestDriver {
-        let bin = tokio::task::spawn_blocking(kube_testenv::binaries::dra_test_driver)
-            .await
-            .unwrap()
-            .expect("build the DRA test driver");
-        let dirs = env.kube_env.kubelet_dirs(NODE).expect("kubelet node-1");
-        // Its socket's folder (the driver creates only the plugins folder itself).
-        std::fs::create_dir_all(dirs.plugins.join(DRIVER)).unwrap();
-        let log = temp_dir("dra-test-driver").join("driver.log");
-        let child = std::process::Command::new(bin)
-            .arg("kubelet-plugin")
-            .args([
-                "--node-name",
-                NODE,
-                "--drivername",
-                DRIVER,
-                "--num-devices",
-                "4",
-            ])
-            .arg("--plugin-registration-path")
-            .arg(&dirs.plugins_registry)
-            .arg("--datadir")
-            .arg(&dirs.plugins)
-            .arg("--cdi-dir")
-            .arg(&dirs.cdi)
-            // gRPC requests and answers are logged at 6.
-            .arg("-v=6")
-            .env("KUBECONFIG", env.kube_env.kubeconfig())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start dra-test-driver");
-        let driver = TestDriver { child, log };
-        driver
-            .wait_log("NotifyRegistrationStatus\" request=\"plugin_registered:true\"")
-            .await;
-        driver
-    }
-
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn wait_log(&self, text: &str) {
-        wait_some(&format!("driver log shows {text:?}"), WAIT, async || {
-            self.text().contains(text).then_some(())
-        })
-        .await;
-    }
-
-    /// SIGTERM, and the exit status.
-    async fn stop(mut self) -> std::process::ExitStatus {
-        let status = terminate(&mut self.child).await;
-        std::mem::forget(self);
-        status
-    }
-}
-
-impl Drop for TestDriver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Waits until the driver's log has `text`.
+async fn wait_log(driver: &DraTestDriver, text: &str) {
+    wait_some(&format!("driver log shows {text:?}"), WAIT, async || {
+        driver.log().contains(text).then_some(())
+    })
+    .await;
 }
 
 /// A bridge pod asking for 2 of the driver's devices, running `script` once in the kubelet
@@ -182,7 +122,7 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
         .unwrap();
 
     // The driver publishes its slice: device-00 .. device-03, no attributes, pool node-1.
-    let driver = TestDriver::start(&env).await;
+    let driver = start_driver(&env).await;
     let slices: Api<ResourceSlice> = Api::all(env.kube.clone());
     let drivers = GresDrivers::with(driver_setting());
     let mine = ListParams::default().fields(&format!("spec.nodeName={NODE},spec.driver={DRIVER}"));
@@ -239,7 +179,10 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
 
     // The driver stops: the kubelet unregisters its plugin (its slice stays 30 s).
     let stopped = Instant::now();
-    assert!(driver.stop().await.success(), "the driver stops cleanly");
+    assert!(
+        driver.stop().await.unwrap().success(),
+        "the driver stops cleanly"
+    );
 
     // A pod asking for 2 of its devices: bound through Slurm with a claim, but its container
     // cannot start until the driver prepares the claim.
@@ -303,12 +246,11 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
     // claim (its CDI spec), and the container starts, seeing the spec's environment. The
     // kubelet 1.36 does not retry a pod whose claims failed to prepare on its own backoff: it
     // waits for the pod's next periodic sync (`syncFrequency`, 1 minute), hence the longer wait.
-    let driver = TestDriver::start(&env).await;
+    let driver = start_driver(&env).await;
     let back = Instant::now();
     let restarted = stopped.elapsed();
-    let dirs = env.kube_env.kubelet_dirs(NODE).unwrap();
     let uid = claim.metadata.uid.clone().unwrap();
-    let spec = dirs.cdi.join(format!("{DRIVER}-{uid}-gpu.json"));
+    let spec = driver.cdi_spec(&uid, "gpu");
     let out = wait_some(
         "the pod's output",
         WAIT + Duration::from_secs(60),
@@ -321,9 +263,9 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
     let running = created.elapsed();
     let after_back = back.elapsed();
     println!("container output:\n{out}");
-    driver.wait_log("DRAPlugin/NodePrepareResources").await;
+    wait_log(&driver, "DRAPlugin/NodePrepareResources").await;
     assert!(
-        driver.text().contains(&uid),
+        driver.log().contains(&uid),
         "the driver prepared claim {uid}"
     );
     // The driver's CDI spec sets claim_<claim>_<request>=true (non-alphanumerics as `_`).
@@ -347,7 +289,7 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
         (!spec.exists()).then_some(())
     })
     .await;
-    driver.wait_log("DRAPlugin/NodeUnprepareResources").await;
+    wait_log(&driver, "DRAPlugin/NodeUnprepareResources").await;
     env.assert_invariants().await;
 
     // With the driver running from the start, a second pod's container starts as soon as the
