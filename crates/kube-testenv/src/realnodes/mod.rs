@@ -8,10 +8,10 @@
 //! `kt<slot>n<i>`. containerd and kubelet share a mount namespace of their own (`unshare`, then
 //! `nsenter`): private folders are bound over the host paths kubelet and containerd hard-code
 //! (`/var/lib/kubelet`, `/var/log/pods`, `/var/log/containers`, `/run/containerd`,
-//! `/var/lib/cni`) and over the standard paths of containerd's NRI socket (`/run/nri`) and CDI
-//! specs (`/run/cdi`), so a DaemonSet's hostPath finds them where a site has them; files
-//! holding the values kubelet wants are bound over the sysctls it would otherwise change on the
-//! host; every mount they make goes away with the namespace.
+//! `/var/lib/cni`) and over the standard folders of containerd's NRI socket (`/var/run/nri`)
+//! and CDI specs (`/var/run/cdi`), so a DaemonSet's hostPath finds them where a site has them;
+//! files holding the values kubelet wants are bound over the sysctls it would otherwise change
+//! on the host; every mount they make goes away with the namespace.
 
 pub mod forward;
 pub mod host;
@@ -40,16 +40,16 @@ pub const MAX_KUBELET_NODES: usize = 32;
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Host paths bound to private folders in the nodes' mount namespace: `(host path, folder
-/// under the node's folder)`. `/var/run` is `/run` on the hosts this runs on (a symlink), so
-/// `/run/nri` and `/run/cdi` are also `/var/run/nri` and `/var/run/cdi`.
+/// under the node's folder)`. The NRI and CDI folders are named by their `/var/run` paths, which
+/// `mount` and `create_dir_all` resolve: `/run/nri` where `/var/run` is a symlink to `/run`.
 const PRIVATE_PATHS: [(&str, &str); 7] = [
     (KUBELET_ROOT, "kubelet"),
     ("/var/log/pods", "pod-logs"),
     ("/var/log/containers", "container-logs"),
     ("/run/containerd", "run-containerd"),
     ("/var/lib/cni", "cni/cache"),
-    ("/run/nri", NRI_FOLDER),
-    ("/run/cdi", CDI_FOLDER),
+    ("/var/run/nri", NRI_FOLDER),
+    ("/var/run/cdi", CDI_FOLDER),
 ];
 
 /// containerd's NRI socket as the node sees it, the chart's `nodeAgent.nriSocket` default.
@@ -57,9 +57,9 @@ pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
 /// containerd's CDI spec folder (`cdi_spec_dirs`) as the node sees it, the chart's
 /// `nodeAgent.cdiDir` default.
 pub const CDI_DIR: &str = "/var/run/cdi";
-/// The node's private folder bound over `/run/nri` (holds `nri.sock`).
+/// The node's private folder bound over `/var/run/nri` (holds `nri.sock`).
 const NRI_FOLDER: &str = "run-nri";
-/// The node's private folder bound over `/run/cdi`.
+/// The node's private folder bound over `/var/run/cdi`.
 const CDI_FOLDER: &str = "cdi";
 
 /// The host path of kubelet node `node`'s NRI socket ([`NRI_SOCKET`] in its namespace), given
