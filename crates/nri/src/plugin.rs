@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 /// The service the plugin serves (the runtime calls it on connection 1).
@@ -148,15 +148,27 @@ pub trait Handler: Send + Sync + 'static {
 /// A handle to the runtime for calls outside the runtime's events (re-pinning running
 /// containers). Clone it freely; it serves whichever connection [`run_with`] holds, and fails
 /// with [`Error::NotConnected`] between connections.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Runtime {
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
+    /// True from the runtime's answer to RegisterPlugin until that connection ends.
+    registered: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            conn: Arc::default(),
+            registered: Arc::new(watch::Sender::new(false)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("connected", &self.is_connected())
+            .field("registered", &self.is_registered())
             .finish()
     }
 }
@@ -170,6 +182,17 @@ impl Runtime {
     /// True while a connection to the runtime is open.
     pub fn is_connected(&self) -> bool {
         self.current().is_some()
+    }
+
+    /// True while the plugin is registered: from the runtime's answer to RegisterPlugin until
+    /// that connection ends (the runtime restarted, or dropped the plugin).
+    pub fn is_registered(&self) -> bool {
+        *self.registered.borrow()
+    }
+
+    /// [`Runtime::is_registered`], as a watch that sees each change.
+    pub fn registered(&self) -> watch::Receiver<bool> {
+        self.registered.subscribe()
     }
 
     /// Asks the runtime to update running containers (e.g. [`ContainerUpdate::cpuset`] to
@@ -209,6 +232,16 @@ impl Runtime {
         let mut cur = self.conn.lock().expect("runtime handle lock");
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             *cur = None;
+            self.registered.send_replace(false);
+        }
+    }
+
+    /// `conn` was registered: marked so while it is the current connection (under the lock
+    /// [`Runtime::detach`] takes, so an ended connection never reads as registered).
+    fn mark_registered(&self, conn: &Arc<Conn>) {
+        let cur = self.conn.lock().expect("runtime handle lock");
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            self.registered.send_replace(true);
         }
     }
 }
@@ -250,7 +283,10 @@ pub async fn run_with<H: Handler>(
         runtime,
         conn: conn.clone(),
     };
-    session(read, &conn, plugin_name, plugin_idx, handler).await
+    session(read, &conn, plugin_name, plugin_idx, handler, || {
+        runtime.mark_registered(&conn)
+    })
+    .await
 }
 
 /// Detaches a connection from its [`Runtime`] handle and fails its calls in flight when the
@@ -273,6 +309,7 @@ async fn session<H: Handler>(
     plugin_name: &str,
     plugin_idx: &str,
     handler: Arc<H>,
+    on_registered: impl FnOnce(),
 ) -> Result<(), Error> {
     let serve = serve(read, conn.clone(), handler);
     tokio::pin!(serve);
@@ -289,6 +326,7 @@ async fn session<H: Handler>(
         }
         registered = register => { let Empty {} = registered?; }
     }
+    on_registered();
     tracing::info!(plugin = %format!("{plugin_idx}-{plugin_name}"), "NRI: registered with the runtime");
     let served = serve.await;
     match &served {

@@ -180,6 +180,7 @@ async fn a_whole_session_against_a_scripted_runtime() {
     let path = dir.join("nri.sock");
     let listener = UnixListener::bind(&path).unwrap();
     let runtime = Runtime::new();
+    let mut registered = runtime.registered();
     let plugin = tokio::spawn({
         let (path, runtime) = (path.clone(), runtime.clone());
         async move { run_with(&path, "test-pinner", "10", Arc::new(Pinner), &runtime).await }
@@ -201,7 +202,13 @@ async fn a_whole_session_against_a_scripted_runtime() {
         ("test-pinner", "10")
     );
     assert_eq!(reg.nri_version, crate::NRI_VERSION);
+    // Connected, not registered until the runtime answers.
+    assert!(!runtime.is_registered());
     rt.answer(stream, Empty {}.encode_to_vec()).await;
+    tokio::time::timeout(Duration::from_secs(5), registered.wait_for(|r| *r))
+        .await
+        .expect("registered after the runtime's answer")
+        .unwrap();
 
     // Configure: the subscription.
     let cfg = ConfigureRequest {
@@ -305,6 +312,10 @@ async fn a_whole_session_against_a_scripted_runtime() {
         .unwrap();
     assert!(ended.is_ok(), "{ended:?}");
     assert!(!runtime.is_connected());
+    assert!(
+        !runtime.is_registered(),
+        "not registered once the connection ended"
+    );
     let err = runtime.update_containers(vec![]).await.unwrap_err();
     assert!(matches!(err, Error::NotConnected), "{err}");
     let _ = std::fs::remove_dir_all(&dir);

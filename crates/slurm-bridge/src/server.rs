@@ -13,8 +13,17 @@ use tokio::sync::watch;
 
 #[derive(Clone)]
 struct Probe {
-    ready: watch::Receiver<bool>,
+    ready: Readiness,
     registry: Arc<Registry>,
+}
+
+/// What `/readyz` reads.
+#[derive(Clone)]
+enum Readiness {
+    /// Ready while true (caches synced, not shutting down).
+    Flag(watch::Receiver<bool>),
+    /// Ready while `None`; otherwise why not, as `/readyz` says it (the node agent).
+    Reason(watch::Receiver<Option<String>>),
 }
 
 /// Binds the probe address (so a taken port fails at start, with its address).
@@ -33,7 +42,25 @@ pub async fn serve(
     registry: Arc<Registry>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(ready, registry);
+    serve_router(listener, router(ready, registry), shutdown).await
+}
+
+/// [`serve`] where readiness carries its reason: `/readyz` answers 200 while `not_ready` is
+/// `None`, else 503 with `not ready: <reason>`.
+pub async fn serve_with_reason(
+    listener: tokio::net::TcpListener,
+    not_ready: watch::Receiver<Option<String>>,
+    registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router(listener, router_with_reason(not_ready, registry), shutdown).await
+}
+
+async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -42,6 +69,18 @@ pub async fn serve(
 
 /// The probe routes (public for tests).
 pub fn router(ready: watch::Receiver<bool>, registry: Arc<Registry>) -> Router {
+    routes(Readiness::Flag(ready), registry)
+}
+
+/// The probe routes of [`serve_with_reason`] (public for tests).
+pub fn router_with_reason(
+    not_ready: watch::Receiver<Option<String>>,
+    registry: Arc<Registry>,
+) -> Router {
+    routes(Readiness::Reason(not_ready), registry)
+}
+
+fn routes(ready: Readiness, registry: Arc<Registry>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -50,13 +89,15 @@ pub fn router(ready: watch::Receiver<bool>, registry: Arc<Registry>) -> Router {
 }
 
 async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
-    if *p.ready.borrow() {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: caches not synced yet, or shutting down",
-        )
+    let not_ready = match &p.ready {
+        Readiness::Flag(ready) => {
+            (!*ready.borrow()).then(|| "caches not synced yet, or shutting down".to_string())
+        }
+        Readiness::Reason(not_ready) => not_ready.borrow().clone(),
+    };
+    match not_ready {
+        None => (StatusCode::OK, "ok".to_string()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
     }
 }
 

@@ -437,7 +437,7 @@ fn chart_quirks_are_fixed() {
 #[test]
 fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
     let name = format!("{PREFIX}-node-agent");
-    assert!(!kinds(&documents(&render(&[]))).contains("DaemonSet"));
+    assert!(!kinds(&documents(&render(&[]))).contains(&format!("DaemonSet/{name}")));
     let docs = documents(&render(&[
         "nodeAgent.enabled=true",
         "nodeAgent.unmanagedCpus=0-1",
@@ -457,7 +457,23 @@ fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
             "--node=$(NODE_NAME)",
             "--nri-socket=/var/run/nri/nri.sock",
             "--unmanaged-cpus=0-1",
+            "--health-probe-bind-address=0.0.0.0:8081",
         ]
+    );
+    // Probed on the pod IP, at the named port; the probes' timing from values.
+    assert_eq!(c["ports"][0]["name"], "health");
+    assert_eq!(c["ports"][0]["containerPort"], 8081);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "health");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "health");
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
+    // Its metrics behind a headless Service, as the other components'.
+    let svc = find(&docs, "Service", &format!("{name}-metrics"));
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "health");
+    assert!(
+        !kinds(&docs).contains("DeviceClass/dra.cpu"),
+        "no DeviceClass without draCpu"
     );
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(
@@ -553,6 +569,29 @@ fn the_node_agent_runs_on_hybrid_nodes_when_enabled() {
     );
     let binding = find(&docs, "ClusterRoleBinding", &name);
     assert_eq!(binding["subjects"][0]["name"], name.as_str());
+
+    // The dra.cpu DeviceClass, selecting the driver's devices, unless the site manages it.
+    let class = find(&docs, "DeviceClass", "dra.cpu");
+    assert_eq!(
+        class["spec"]["selectors"][0]["cel"]["expression"],
+        "device.driver == \"dra.cpu\""
+    );
+    let docs = documents(&render(&[
+        "nodeAgent.enabled=true",
+        "nodeAgent.draCpu=true",
+        "nodeAgent.deviceClass.create=false",
+        "nodeAgent.readinessProbe.failureThreshold=6",
+        "nodeAgent.livenessProbe.timeoutSeconds=3",
+    ]));
+    assert!(
+        !kinds(&docs).contains("DeviceClass/dra.cpu"),
+        "a site's own DeviceClass"
+    );
+    let c = &find(&docs, "DaemonSet", &name)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["readinessProbe"]["failureThreshold"], 6);
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
+    assert_eq!(c["livenessProbe"]["timeoutSeconds"], 3);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
 }
 
 /// `schedulerConfig.draDeviceDrivers` reaches config.yaml as `draDeviceDrivers`; by default it

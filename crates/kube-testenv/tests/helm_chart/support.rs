@@ -118,6 +118,10 @@ pub const CASES: &[(&str, &[&str])] = &[
     ),
     ("admission-disabled", &["admission.enabled=false"]),
     (
+        "node-agent-dra-cpu",
+        &["nodeAgent.enabled=true", "nodeAgent.draCpu=true"],
+    ),
+    (
         "release-finalizers-cancel-running",
         &["releaseFinalizers.cancelRunning=true"],
     ),

@@ -4,10 +4,12 @@
 
 use crate::config::Config;
 use crate::node_agent::dra_cpu::kubelet::{self as dra_plugin, DriverConfig};
-use crate::node_agent::{Agent, Topology, Unmanaged};
+use crate::node_agent::{Agent, Health, Metrics, Topology, Unmanaged};
 use crate::resources::cpulist::parse_cpu_list;
 use anyhow::Context;
+use prometheus_client::registry::Registry;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Flags of `node-agent`.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,6 +52,11 @@ pub struct NodeAgentArgs {
     /// The folder of CDI specs containerd reads (its `cdi_spec_dirs`) (with `--dra-cpu`).
     #[arg(long, default_value = "/var/run/cdi")]
     pub cdi_dir: PathBuf,
+    /// Address of /healthz, /readyz and /metrics (port 0: any free port, as logged). /readyz
+    /// answers 200 while the agent is registered with containerd's NRI (with `--dra-cpu`, also
+    /// its kubelet plugin registered and its ResourceSlices published), else 503 and why.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: std::net::SocketAddr,
 }
 
 fn parse_unmanaged(s: &str) -> Result<Unmanaged, String> {
@@ -68,6 +75,10 @@ pub async fn run(cfg: Config, args: NodeAgentArgs) -> anyhow::Result<()> {
     let topology = Topology::read(&args.sysfs)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
     let slurm = super::process::slurm_client(&cfg)?;
+    let listener = crate::server::bind(args.health_probe_bind_address).await?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::new(&mut registry);
+    let health = Health::new(args.dra_cpu);
     let cluster = (!cfg.cluster_name.is_empty()).then(|| cfg.cluster_name.clone());
     let slurm_node = args.slurm_node.clone().unwrap_or_else(|| args.node.clone());
     tracing::info!(
@@ -84,7 +95,8 @@ pub async fn run(cfg: Config, args: NodeAgentArgs) -> anyhow::Result<()> {
         slurm_node,
         topology.clone(),
         args.unmanaged_cpus,
-    );
+    )
+    .with_metrics(metrics);
     let dra = if args.dra_cpu {
         // Read before the NRI connection: its synchronization pins by the claims.
         let prepared = dra_plugin::load_prepared(&args.cdi_dir)?;
@@ -102,13 +114,26 @@ pub async fn run(cfg: Config, args: NodeAgentArgs) -> anyhow::Result<()> {
             kubelet_endpoint: args.kubelet_dra_endpoint.clone(),
             cdi_dir: args.cdi_dir.clone(),
         };
-        futures::future::Either::Left(dra_plugin::run(client, config, topology, prepared))
+        futures::future::Either::Left(dra_plugin::run(
+            client,
+            config,
+            topology,
+            prepared,
+            health.clone(),
+        ))
     } else {
         futures::future::Either::Right(futures::future::pending())
     };
+    let probes = crate::server::serve_with_reason(
+        listener,
+        health.not_ready(),
+        Arc::new(registry),
+        futures::future::pending(),
+    );
     tokio::select! {
-        r = crate::node_agent::serve(agent, &args.nri_socket, &args.plugin_index) => r.map_err(Into::into),
+        r = crate::node_agent::serve(agent, &args.nri_socket, &args.plugin_index, health) => r.map_err(Into::into),
         r = dra => r.map_err(Into::into),
+        r = probes => r.context("serving probes"),
         _ = futures::StreamExt::next(&mut signals) => {
             tracing::info!("node agent stopping; pinned containers keep their CPUs, prepared claims their CDI specs");
             Ok(())

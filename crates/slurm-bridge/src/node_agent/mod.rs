@@ -14,12 +14,14 @@
 pub mod authority;
 pub mod dra_cpu;
 pub mod grpc;
+pub mod health;
 pub mod jobs;
 pub mod kubelet_api;
 pub mod pin;
 pub mod plugin;
 pub mod topology;
 
+pub use health::{Health, Metrics};
 pub use pin::{Pin, PodFacts, Unmanaged, decide};
 pub use plugin::{Agent, serve};
 pub use topology::Topology;

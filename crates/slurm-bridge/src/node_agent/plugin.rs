@@ -2,6 +2,7 @@
 //! answers into cpusets ([`nri_plugin`]), and the reconnecting loop around the connection.
 
 use super::dra_cpu::Prepared;
+use super::health::{self, Health, Metrics};
 use super::jobs::JobReads;
 use super::pin::{JobLookup, Pin, PodFacts, Unmanaged, decide};
 use super::topology::Topology;
@@ -30,6 +31,7 @@ pub struct Agent<S> {
     /// a container restarting while its job cannot be confirmed (Slurm unreachable, or its
     /// state lost and the pod held by the controllers) keeps them instead of being refused.
     last_pins: std::sync::Mutex<HashMap<String, Pin>>,
+    metrics: Arc<Metrics>,
 }
 
 /// Pods whose last pin is remembered at most; beyond, the memory starts over (a node runs far
@@ -52,7 +54,14 @@ impl<S: SlurmJobs> Agent<S> {
             unmanaged,
             prepared: None,
             last_pins: std::sync::Mutex::new(HashMap::new()),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Counts its pins in `metrics` (registered by the caller).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Pins pods with `dra.cpu` claims this agent prepared to the claims' CPUs
@@ -87,6 +96,7 @@ impl<S: SlurmJobs> Agent<S> {
             Pin::Refuse(why) => match self.last_pin(&pod.uid) {
                 Some(last) => {
                     tracing::warn!(pod = %pod.key(), %why, "keeping the pod's last pin");
+                    self.metrics.last_pins_kept.inc();
                     last
                 }
                 None => Pin::Refuse(why),
@@ -176,6 +186,7 @@ impl<S: SlurmJobs> Handler for Agent<S> {
                             l.resources = resources(&cpus, &mems);
                         }
                         updates.push(u);
+                        self.metrics.containers_repinned.inc();
                     }
                 }
                 Pin::Leave { why } => {
@@ -202,6 +213,7 @@ impl<S: SlurmJobs> Handler for Agent<S> {
             Pin::Cpus { cpus, mems, job_id } => {
                 let (cpus, mems) = cpuset(&cpus, &mems);
                 tracing::info!(pod = %facts.key(), container = %container.name, ?job_id, %cpus, %mems, "pinned");
+                self.metrics.containers_pinned.inc();
                 let mut a = ContainerAdjustment::cpuset(&cpus);
                 if let Some(l) = a.linux.as_mut() {
                     l.resources = resources(&cpus, &mems);
@@ -219,6 +231,7 @@ impl<S: SlurmJobs> Handler for Agent<S> {
             }
             Pin::Refuse(why) => {
                 tracing::warn!(pod = %facts.key(), container = %container.name, %why, "container refused");
+                self.metrics.containers_refused.inc();
                 Err(format!("slurm-bridge node agent: {why}"))
             }
         }
@@ -247,14 +260,22 @@ impl<S: SlurmJobs> Handler for Agent<S> {
 
 /// Serves the runtime on `socket` for good: reconnects (1 s, then up to 30 s apart) whenever
 /// the runtime closes the connection or is not there yet; each connection starts with a
-/// synchronization that re-pins the containers already running.
+/// synchronization that re-pins the containers already running. `health` follows the
+/// connection's registration (ready while registered), as does the agent's metrics.
 pub async fn serve<S: SlurmJobs>(
     agent: Agent<S>,
     socket: &Path,
     plugin_index: &str,
+    health: Health,
 ) -> Result<(), nri_plugin::Error> {
-    let agent = Arc::new(agent);
     let runtime = Runtime::new();
+    let follow = tokio::spawn(health::follow_nri(
+        runtime.registered(),
+        health,
+        agent.metrics.clone(),
+    ));
+    let _follow = AbortOnDrop(follow);
+    let agent = Arc::new(agent);
     let mut wait = Duration::from_secs(1);
     loop {
         match nri_plugin::run_with(socket, PLUGIN_NAME, plugin_index, agent.clone(), &runtime).await
@@ -271,6 +292,15 @@ pub async fn serve<S: SlurmJobs>(
             }
         }
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -13,6 +13,7 @@ use super::slice::{self, NodeRef};
 use super::{DRIVER, Prepared};
 use crate::node_agent::Topology;
 use crate::node_agent::grpc::{self, Socket, Status};
+use crate::node_agent::health::Health;
 use crate::node_agent::kubelet_api::*;
 use bytes::Bytes;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -190,6 +191,8 @@ pub struct RegistrationService {
     pub endpoint: String,
     /// Notified on each successful registration (the kubelet restarted, or found us).
     pub registered: Arc<Notify>,
+    /// Told of the registration (readiness).
+    pub health: Health,
 }
 
 impl grpc::Service for RegistrationService {
@@ -206,6 +209,7 @@ impl grpc::Service for RegistrationService {
                 if status.plugin_registered {
                     tracing::info!(endpoint = %self.endpoint, "the kubelet registered the dra.cpu plugin");
                     self.registered.notify_one();
+                    self.health.set_kubelet_registered();
                 } else {
                     tracing::error!(endpoint = %self.endpoint, error = %status.error, "the kubelet refused the dra.cpu plugin");
                 }
@@ -218,12 +222,14 @@ impl grpc::Service for RegistrationService {
 
 /// Runs the plugin for good: the DRA socket, then the registration socket (the kubelet dials
 /// the former as soon as it reads the latter), and the slices kept up to date. The sockets are
-/// removed when the returned future is dropped; the slices are left (see [`slice`]).
+/// removed when the returned future is dropped; the slices are left (see [`slice`]). `health`
+/// hears of the kubelet's registration and of each check of the slices.
 pub async fn run(
     client: kube::Client,
     config: DriverConfig,
     topology: Topology,
     prepared: Prepared,
+    health: Health,
 ) -> Result<(), DriverError> {
     let dra_socket = Socket::bind(&config.dra_socket())?;
     let endpoint = config
@@ -241,19 +247,26 @@ pub async fn run(
     let registration = RegistrationService {
         endpoint: endpoint.display().to_string(),
         registered: registered.clone(),
+        health: health.clone(),
     };
     let reg_socket = Socket::bind(&config.registration_socket())?;
     tracing::info!(registration = %reg_socket.path().display(), dra = %dra_socket.path().display(), endpoint = %endpoint.display(), cdi = %config.cdi_dir.display(), "dra.cpu kubelet plugin listening");
     tokio::select! {
         () = dra_socket.serve(Arc::new(DraService(driver))) => Ok(()),
         () = reg_socket.serve(Arc::new(registration)) => Ok(()),
-        () = keep_slices(client, &config.node, &topology, &registered) => Ok(()),
+        () = keep_slices(client, &config.node, &topology, &registered, &health) => Ok(()),
     }
 }
 
 /// Publishes the slices and keeps them: at start, after each registration by the kubelet, and
 /// every [`SLICE_CHECK_INTERVAL`]; failures are retried (1 s, doubling up to 30 s).
-async fn keep_slices(client: kube::Client, node: &str, topology: &Topology, registered: &Notify) {
+async fn keep_slices(
+    client: kube::Client,
+    node: &str,
+    topology: &Topology,
+    registered: &Notify,
+    health: &Health,
+) {
     let mut owner: Option<NodeRef> = None;
     let mut retry = Duration::from_secs(1);
     let mut first = true;
@@ -273,6 +286,7 @@ async fn keep_slices(client: kube::Client, node: &str, topology: &Topology, regi
                 Err(e) => Err(e),
             },
         };
+        health.set_slices(outcome.as_ref().map(|_| ()).map_err(|e| e.to_string()));
         let wait = match outcome {
             Ok(()) => {
                 retry = Duration::from_secs(1);
@@ -313,6 +327,7 @@ mod tests {
         let r = RegistrationService {
             endpoint: "/var/lib/kubelet/plugins/dra.cpu/dra.sock".into(),
             registered: Arc::new(Notify::new()),
+            health: Health::new(true),
         };
         let info = PluginInfo::decode(
             r.call(REGISTRATION_GET_INFO, InfoRequest {}.encode_to_vec().into())
@@ -334,10 +349,13 @@ mod tests {
         r.call(REGISTRATION_NOTIFY, ok.encode_to_vec().into())
             .await
             .unwrap();
-        // The notification was stored for the slice keeper.
+        // The notification was stored for the slice keeper, and readiness heard of it.
         tokio::time::timeout(Duration::from_secs(1), r.registered.notified())
             .await
             .unwrap();
+        r.health.set_nri_registered(true);
+        let why = r.health.not_ready().borrow().clone().unwrap();
+        assert!(why.contains("ResourceSlices"), "past the kubelet: {why}");
         let e = r.call("/x.Y/Z", Bytes::new()).await.unwrap_err();
         assert_eq!(e.code, grpc::Code::Unimplemented);
     }
