@@ -109,7 +109,10 @@ async fn external_job_lifecycle() {
     // Several ids in one request: only the ones asked, unknown ones left out.
     let some = c.job_states_of(&[id, 999_999]).await.unwrap();
     assert_eq!(some.len(), 1, "{some:?}");
-    assert_eq!((some[0].job_id, &some[0].state[..]), (id, &[JobState::Running][..]));
+    assert_eq!(
+        (some[0].job_id, &some[0].state[..]),
+        (id, &[JobState::Running][..])
+    );
     assert!(c.job_states_of(&[999_999]).await.unwrap().is_empty());
     assert!(c.job_states_of(&[]).await.unwrap().is_empty());
 

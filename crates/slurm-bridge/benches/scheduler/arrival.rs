@@ -5,7 +5,7 @@ use crate::BRIDGE;
 use crate::args::Args;
 use crate::bridge::{settled_metrics, spawn_scheduler, wait_ready};
 use crate::env::{control_plane, namespace, pod_object, start_slurm, temp_dir, watch_bound};
-use crate::metrics::{apiserver_requests, print_per_pod};
+use crate::metrics::{apiserver_requests, cpu_by_daemon, print_cpu, print_per_pod};
 use crate::raw::{paced, raw_arrival};
 use crate::report::percentiles;
 use k8s_openapi::api::core::v1::Pod;
@@ -56,8 +56,9 @@ pub(crate) async fn arrival(a: &Args) {
         a.rate, a.seconds
     );
     if !a.skip_raw {
-        let raw = raw_arrival(n, a.rate).await;
+        let (raw, cpu) = raw_arrival(n, a.rate).await;
         report!("raw Slurm:      submit -> RUNNING {}", percentiles(raw));
+        print_cpu(&cpu.0, &cpu.1);
     }
     let kube = control_plane(nodes, a.qps, a.burst).await;
     let ks_pods = namespace(&kube, "ks-arrival").await;
@@ -71,10 +72,13 @@ pub(crate) async fn arrival(a: &Args) {
     wait_ready(&s).await;
     let pods = namespace(&kube, "default").await;
     let before = apiserver_requests(&kube).await;
+    let cpu_before = cpu_by_daemon();
     let bridge = arrival_latencies(&pods, "bench", n, a.rate, BRIDGE).await;
+    let cpu_after = cpu_by_daemon();
     report!("bridge:         created -> bound {}", percentiles(bridge));
     let metrics = settled_metrics(&s).await;
     print_per_pod(&metrics, n, apiserver_requests(&kube).await - before);
+    print_cpu(&cpu_before, &cpu_after);
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
     tokio::task::spawn_blocking(move || drop(slurm))

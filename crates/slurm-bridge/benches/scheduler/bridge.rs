@@ -93,6 +93,10 @@ pub(crate) fn spawn_bridge(
             &a.poll,
         ])
         .arg(format!("--workers={}", a.workers))
+        .args(
+            a.slurm_in_flight
+                .map(|n| format!("--slurm-requests-in-flight={n}")),
+        )
         .arg(format!("--kube-api-qps={}", a.qps))
         .arg(format!("--kube-api-burst={}", a.burst))
         .arg("--config")

@@ -119,6 +119,7 @@ async fn burst(a: &Args) -> Figures {
     let pprof = crate::apiserver_pprof::start(&kube, "bridge");
     let s = spawn_scheduler(&kube, &slurm, &dir, a);
     let profile = profile(&s);
+    let slurm_profile = crate::slurm_perf::start(&slurm, "bridge");
     let done = last(&bound.await.unwrap());
     if let Some(mut p) = profile {
         // SIGINT: perf writes its data and exits.
@@ -129,6 +130,9 @@ async fn burst(a: &Args) -> Figures {
     }
     let t = done.duration_since(started);
     let cpu_after = cpu_by_daemon();
+    if let Some(p) = slurm_profile {
+        p.finish();
+    }
     let requests_done = apiserver_requests_by_kind(&kube).await;
     if let Some(p) = pprof {
         p.await.unwrap();

@@ -23,6 +23,8 @@
 //!
 //! `BENCH_APISERVER_PPROF=<prefix>` writes a CPU profile of kube-apiserver during the burst's
 //! kube-scheduler and bridge lines ([`apiserver_pprof`]).
+//! `BENCH_SLURM_PERF=<prefix>` records slurmctld and slurmrestd during the burst's raw Slurm
+//! and bridge lines and prints their top symbols ([`slurm_perf`]).
 //! `BENCH_PERF=<file>` records a `perf record -g` profile of the scheduler during the burst;
 //! `BENCH_LOG=<file>` keeps the scheduler's log (at `BENCH_RUST_LOG`, default `info`) for
 //! `hack/bench-phases.py`, and `BENCH_METRICS=<file>` its last `/metrics`.
@@ -50,6 +52,7 @@ mod metrics;
 mod raw;
 mod report;
 mod scale;
+mod slurm_perf;
 
 use args::{Args, Mode};
 use std::time::{Duration, Instant};

@@ -197,57 +197,107 @@ pub(crate) fn print_apiserver_requests(
 }
 
 /// The daemons' CPU seconds before and after a phase ([`cpu_by_daemon`]).
-pub(crate) type CpuSpan = (Vec<(&'static str, f64)>, Vec<(&'static str, f64)>);
+pub(crate) type CpuSpan = (CpuSnapshot, CpuSnapshot);
 
-/// CPU seconds used so far by the processes of each daemon that matters here, by command name
-/// (every instance on the machine: other users' runs count too).
-pub(crate) fn cpu_by_daemon() -> Vec<(&'static str, f64)> {
-    const DAEMONS: [&str; 7] = [
-        "kube-apiserver",
-        "etcd",
-        "slurmrestd",
-        "slurmctld",
-        "slurm-bridge",
-        "kube-controller",
-        "kube-scheduler",
-    ];
+/// CPU seconds used so far by each process of the daemons that matter here, by PID.
+pub(crate) type CpuSnapshot = Vec<(i32, &'static str, f64)>;
+
+/// The daemons whose CPU the bench tallies (by command name prefix).
+const DAEMONS: [&str; 7] = [
+    "kube-apiserver",
+    "etcd",
+    "slurmrestd",
+    "slurmctld",
+    "slurm-bridge",
+    "kube-controller",
+    "kube-scheduler",
+];
+
+/// CPU seconds used so far by the daemons this bench started (its descendants: other runs and
+/// other users' instances on the machine do not count), per process.
+pub(crate) fn cpu_by_daemon() -> CpuSnapshot {
     let ticks = 100.0; // USER_HZ on Linux
-    let mut out: Vec<(&'static str, f64)> = DAEMONS.iter().map(|d| (*d, 0.0)).collect();
+    let mut procs = Vec::new(); // (pid, ppid, comm, seconds)
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        let comm = &stat[open + 1..close];
+        let comm = stat[open + 1..close].to_string();
         let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        let (Some(u), Some(s)) = (fields.get(11), fields.get(12)) else {
+        let (Some(ppid), Some(u), Some(s)) = (fields.get(1), fields.get(11), fields.get(12)) else {
             continue;
         };
         let secs = (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks;
-        if let Some(slot) = out.iter_mut().find(|(d, _)| comm.starts_with(d)) {
-            slot.1 += secs;
+        procs.push((pid, ppid.parse::<i32>().unwrap_or(0), comm, secs));
+    }
+    // Descendants of this process, by walking parents down from it.
+    let mut ours = std::collections::HashSet::from([std::process::id() as i32]);
+    loop {
+        let before = ours.len();
+        for (pid, ppid, _, _) in &procs {
+            if ours.contains(ppid) {
+                ours.insert(*pid);
+            }
+        }
+        if ours.len() == before {
+            break;
         }
     }
-    out
+    procs
+        .into_iter()
+        .filter(|(pid, ..)| ours.contains(pid))
+        .filter_map(|(pid, _, comm, secs)| {
+            let daemon = DAEMONS.iter().find(|d| comm.starts_with(*d))?;
+            Some((pid, *daemon, secs))
+        })
+        .collect()
 }
 
-/// CPU seconds of every listed process between `before` and `after`.
-pub(crate) fn cpu_total(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) -> f64 {
-    after.iter().zip(before).map(|((_, a), (_, b))| a - b).sum()
-}
-
-pub(crate) fn print_cpu(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) {
-    let parts: Vec<String> = after
+/// Each daemon's CPU seconds between two snapshots: a process started during the phase counts
+/// whole, one that ended during it is lost (its last seconds are not in `after`).
+fn cpu_deltas(before: &CpuSnapshot, after: &CpuSnapshot) -> Vec<(&'static str, f64)> {
+    DAEMONS
         .iter()
-        .zip(before)
-        .map(|((d, a), (_, b))| (d, a - b))
+        .map(|d| {
+            let used: f64 = after
+                .iter()
+                .filter(|(_, name, _)| name == d)
+                .map(|(pid, _, a)| {
+                    let b = before
+                        .iter()
+                        .find(|(p, name, _)| p == pid && name == d)
+                        .map_or(0.0, |x| x.2);
+                    (a - b).max(0.0)
+                })
+                .sum();
+            (*d, used)
+        })
+        .collect()
+}
+
+/// CPU seconds of the bench's daemons between `before` and `after`.
+pub(crate) fn cpu_total(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
+    cpu_deltas(before, after).iter().map(|(_, c)| c).sum()
+}
+
+pub(crate) fn print_cpu(before: &CpuSnapshot, after: &CpuSnapshot) {
+    let parts: Vec<String> = cpu_deltas(before, after)
+        .into_iter()
         .filter(|(_, c)| *c > 0.05)
         .map(|(d, c)| format!("{d} {c:.1}"))
         .collect();
     println!(
-        "  CPU seconds during the phase (every process of that name): {}",
+        "  CPU seconds during the phase (the bench's own daemons): {}",
         parts.join(", ")
     );
 }

@@ -52,6 +52,7 @@ pub(crate) async fn raw_burst(n: u32) -> (Duration, crate::metrics::CpuSpan) {
         .unwrap();
     let rest = client(&slurm);
     let cpu_before = crate::metrics::cpu_by_daemon();
+    let profile = crate::slurm_perf::start(&slurm, "raw");
     let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -68,18 +69,23 @@ pub(crate) async fn raw_burst(n: u32) -> (Duration, crate::metrics::CpuSpan) {
     watch_running(rest, n as usize).await;
     let elapsed = started.elapsed();
     let cpu = (cpu_before, crate::metrics::cpu_by_daemon());
+    if let Some(p) = profile {
+        p.finish();
+    }
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
     (elapsed, cpu)
 }
 
-/// Raw Slurm, arrival: one external job every 1/rate s; submit -> RUNNING per job.
-pub(crate) async fn raw_arrival(n: u32, rate: f64) -> Vec<Duration> {
+/// Raw Slurm, arrival: one external job every 1/rate s; submit -> RUNNING per job, and the
+/// daemons' CPU over the line.
+pub(crate) async fn raw_arrival(n: u32, rate: f64) -> (Vec<Duration>, crate::metrics::CpuSpan) {
     let slurm = tokio::task::spawn_blocking(move || start_slurm(n))
         .await
         .unwrap();
     let rest = client(&slurm);
+    let cpu_before = crate::metrics::cpu_by_daemon();
     let watch = tokio::spawn(watch_running(rest.clone(), n as usize));
     let submitted: Arc<Mutex<HashMap<u32, Instant>>> = Default::default();
     paced(n, rate, |i| {
@@ -95,14 +101,16 @@ pub(crate) async fn raw_arrival(n: u32, rate: f64) -> Vec<Duration> {
     })
     .await;
     let running = watch.await.unwrap();
+    let cpu = (cpu_before, crate::metrics::cpu_by_daemon());
     let submitted = submitted.lock().unwrap().clone();
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
-    submitted
+    let latencies = submitted
         .iter()
         .filter_map(|(id, at)| running.get(id).map(|r| r.saturating_duration_since(*at)))
-        .collect()
+        .collect();
+    (latencies, cpu)
 }
 
 /// Runs `f(i)` for i in 0..n, starting one every 1/rate s (each in its own task).

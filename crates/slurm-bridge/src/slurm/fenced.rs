@@ -51,7 +51,10 @@ impl<S: SlurmJobs> SlurmJobs for Fenced<S> {
     async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         self.inner.job_states().await
     }
-    async fn job_states_of(&self, job_ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+    async fn job_states_of(
+        &self,
+        job_ids: &[u32],
+    ) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         self.inner.job_states_of(job_ids).await
     }
     async fn job(&self, job_id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {

@@ -138,7 +138,10 @@ impl<S: SlurmJobs> SlurmJobs for Instrumented<S> {
     async fn job_states(&self) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         measured!(self, "jobs_state", self.inner.job_states())
     }
-    async fn job_states_of(&self, job_ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+    async fn job_states_of(
+        &self,
+        job_ids: &[u32],
+    ) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         measured!(self, "jobs_state_of", self.inner.job_states_of(job_ids))
     }
     async fn job(&self, job_id: u32) -> Result<Option<JobInfo>, slurm_rest::Error> {

@@ -388,9 +388,7 @@ impl<S: SlurmJobs> JobWatcher<S> {
             let started = tokio::time::Instant::now();
             // A full listing every `interval`; in between (the fast poll), the fresh jobs only.
             let fresh = match last_listing {
-                Some(t) if started.duration_since(t) < self.config.interval => {
-                    self.fresh_pending()
-                }
+                Some(t) if started.duration_since(t) < self.config.interval => self.fresh_pending(),
                 _ => Vec::new(),
             };
             let polled = if fresh.is_empty() {

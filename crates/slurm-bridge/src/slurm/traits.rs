@@ -63,7 +63,10 @@ impl SlurmJobs for slurm_rest::Client {
         slurm_rest::Client::job_states(self).await
     }
 
-    async fn job_states_of(&self, job_ids: &[u32]) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
+    async fn job_states_of(
+        &self,
+        job_ids: &[u32],
+    ) -> Result<Vec<JobStateEntry>, slurm_rest::Error> {
         slurm_rest::Client::job_states_of(self, job_ids).await
     }
 

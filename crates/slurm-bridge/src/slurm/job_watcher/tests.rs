@@ -601,7 +601,10 @@ async fn the_fast_poll_asks_for_the_fresh_jobs_only() {
     let listings = table.listings.load(Ordering::SeqCst) - listings_before;
     assert!(asked.len() >= 20, "fast polls in 3 s: {}", asked.len());
     assert!(asked.iter().all(|ids| ids == &[1]), "{asked:?}");
-    assert!((2..=4).contains(&listings), "full listings in 3 s: {listings}");
+    assert!(
+        (2..=4).contains(&listings),
+        "full listings in 3 s: {listings}"
+    );
 
     // Slurm starts it: a fast poll sees it and reads its allocation.
     table.layouts.lock().unwrap().insert(1, vec!["node-1"]);
@@ -617,7 +620,14 @@ async fn the_fast_poll_asks_for_the_fresh_jobs_only() {
             _ => {}
         }
     }
-    assert!(started.elapsed() <= fast, "seen after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() <= fast,
+        "seen after {:?}",
+        started.elapsed()
+    );
     assert_eq!(*table.resource_reads.lock().unwrap(), [1]);
-    assert!(table.fetches.lock().unwrap().is_empty(), "no whole-job read");
+    assert!(
+        table.fetches.lock().unwrap().is_empty(),
+        "no whole-job read"
+    );
 }
