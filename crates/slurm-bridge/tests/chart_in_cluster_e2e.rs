@@ -14,8 +14,10 @@
 //! - the node agent DaemonSet (`nodeAgent.enabled=true` and `nodeAgent.draCpu=true`, otherwise
 //!   as shipped: containerd's NRI socket at `/var/run/nri/nri.sock`, the kubelet's plugin folders
 //!   and `/var/run/cdi` through hostPaths, root without capabilities, a read-only root file
-//!   system) runs one pod on each of node-1 and node-2, Ready, registered with the node's
-//!   containerd, publishing the node's `dra.cpu` slice; a bridge pod asking 1 of the node's CPUs
+//!   system) runs one pod on each of node-1 and node-2, Ready through its readiness probe
+//!   (registered with the node's containerd, its kubelet plugin registered, the node's `dra.cpu`
+//!   slice published), its `/readyz` and `/metrics` answering through the pod IP; the chart's
+//!   `dra.cpu` DeviceClass is there (the test creates none) and goes with `helm uninstall`; a bridge pod asking 1 of the node's CPUs
 //!   (not exclusive) runs pinned from its first line to the machine CPUs of its Slurm job's
 //!   `CPU_IDs`, through the agents' roll on `helm upgrade` and after `helm uninstall` removed
 //!   them, never restarted; a pod asking one `dra.cpu` starts with its claim prepared by the
@@ -67,6 +69,8 @@ const HYBRID_LABEL: &str = "slinky.slurm.net/hybrid";
 const NODE_AGENT: &str = "node-agent";
 /// The node agent's line once containerd registered it as an NRI plugin.
 const AGENT_REGISTERED: &str = "NRI: registered with the runtime";
+/// What the agent logs when its /readyz turns 200.
+const AGENT_READY: &str = "node agent ready";
 /// The extended resource of the `dra.cpu` DeviceClass, served by the agent (`nodeAgent.draCpu`).
 const DRA_CPU: &str = "deviceclass.resource.kubernetes.io/dra.cpu";
 
@@ -313,13 +317,13 @@ async fn describe_agents(env: &Env) -> String {
     out
 }
 
-/// Waits until the node agent DaemonSet has rolled out on node-1 and node-2 (its current
-/// template's pods scheduled, updated and Ready; the chart has no probe for it, Ready is its
-/// container running) and each pod's agent logged that containerd registered it; checks them
-/// ([`check_agent_pods`]) and returns their names by node.
+/// Waits until the node agent DaemonSet has rolled out on node-1 and node-2: its current
+/// template's pods scheduled, updated and Ready, Ready through the agent's readiness probe
+/// (`/readyz`: registered with the node's containerd over NRI, the kubelet registered its
+/// `dra.cpu` plugin, the node's ResourceSlices published); checks them ([`check_agent_pods`])
+/// and returns their names by node.
 async fn wait_node_agents(env: &Env) -> BTreeMap<String, String> {
     let daemonsets = Api::<DaemonSet>::namespaced(env.kube.clone(), RELEASE_NS);
-    let release_pods = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS);
     let deadline = Instant::now() + WAIT;
     loop {
         let ds = daemonsets.list(&ListParams::default()).await.unwrap().items;
@@ -332,17 +336,7 @@ async fn wait_node_agents(env: &Env) -> BTreeMap<String, String> {
                 && s.number_available == Some(SLURM_NODES as i32)
         });
         let pods = agent_pods(env).await;
-        let mut registered = 0;
-        if rolled && pods.len() == SLURM_NODES as usize {
-            for p in &pods {
-                let logs = release_pods
-                    .logs(&p.name_any(), &LogParams::default())
-                    .await
-                    .unwrap_or_default();
-                registered += usize::from(logs.contains(AGENT_REGISTERED));
-            }
-        }
-        if registered == SLURM_NODES as usize {
+        if rolled && pods.len() == SLURM_NODES as usize && pods.iter().all(is_ready) {
             return check_agent_pods(env).await;
         }
         // An agent that exits says why at once rather than at the timeout.
@@ -354,7 +348,7 @@ async fn wait_node_agents(env: &Env) -> BTreeMap<String, String> {
         });
         assert!(
             !crashed && Instant::now() < deadline,
-            "the node agents: not rolled out and registered within {WAIT:?}: {:?}{}",
+            "the node agents: not rolled out and Ready within {WAIT:?}: {:?}{}",
             ds[0].status,
             describe_agents(env).await
         );
@@ -362,14 +356,20 @@ async fn wait_node_agents(env: &Env) -> BTreeMap<String, String> {
     }
 }
 
-/// Checks the node agent's pods as they run: one on each of node-1 and node-2, Ready, never
-/// restarted, as root (the NRI socket is root's) with a read-only root file system and no
-/// capability in any set, no error in their logs; returns their names by node.
+/// Checks the node agent's pods as they run: one on each of node-1 and node-2, Ready through
+/// the chart's probes, never restarted, as root (the NRI socket is root's) with a read-only
+/// root file system and no capability in any set, no error in their logs, their readiness
+/// logged after registration with containerd; returns their names by node.
 async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
     let mut by_node = BTreeMap::new();
     for p in agent_pods(env).await {
         let name = p.name_any();
         assert!(is_ready(&p), "{name} is not Ready");
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert!(
+            c.readiness_probe.is_some() && c.liveness_probe.is_some(),
+            "{name}: the chart's probes"
+        );
         let status = &p
             .status
             .as_ref()
@@ -401,6 +401,13 @@ async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
         for bad in ["forbidden", "Forbidden", "ERROR", "WARN", "panicked"] {
             assert!(!logs.contains(bad), "{name} logged {bad:?}:\n{logs}");
         }
+        // Ready came from the agent's own readiness (the kubelet saw /readyz answer 200), and
+        // that only after containerd registered it.
+        let (registered, ready) = (logs.find(AGENT_REGISTERED), logs.find(AGENT_READY));
+        assert!(
+            matches!((registered, ready), (Some(r), Some(d)) if r < d),
+            "{name}: registered with containerd, then ready:\n{logs}"
+        );
         let node = e2e::node_of(&p);
         assert!(
             by_node.insert(node.clone(), name.clone()).is_none(),
@@ -479,17 +486,39 @@ async fn wait_printed(env: &Env, name: &str, seen: usize, more: usize) -> Vec<BT
     .await
 }
 
-/// The `dra.cpu` DeviceClass a site creates beside the driver (the chart ships none).
-async fn create_dra_cpu_class(env: &Env) {
-    let dc: DeviceClass = serde_json::from_value(json!({
-        "metadata": {"name": "dra.cpu"},
-        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"dra.cpu\""}}]},
-    }))
+/// GET `path` on an agent pod's probe port through the API server's pod proxy.
+async fn agent_http(env: &Env, pod: &str, path: &str) -> String {
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/{RELEASE_NS}/pods/{pod}:8081/proxy/{path}"
+    ))
+    .body(Vec::new())
     .unwrap();
-    Api::<DeviceClass>::all(env.kube.clone())
-        .create(&PostParams::default(), &dc)
+    env.kube
+        .request_text(req)
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("GET /{path} of {pod}: {e}"))
+}
+
+/// The chart's `dra.cpu` DeviceClass (`nodeAgent.draCpu`, `nodeAgent.deviceClass.create`):
+/// every device of the `dra.cpu` driver, the release's.
+async fn check_dra_cpu_class(env: &Env) {
+    let dc = Api::<DeviceClass>::all(env.kube.clone())
+        .get("dra.cpu")
+        .await
+        .expect("the chart's dra.cpu DeviceClass");
+    let selectors = dc.spec.selectors.clone().unwrap_or_default();
+    let cel: Vec<&str> = selectors
+        .iter()
+        .filter_map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+        .collect();
+    assert_eq!(cel, [r#"device.driver == "dra.cpu""#], "{:?}", dc.metadata);
+    assert_eq!(
+        dc.labels()
+            .get("app.kubernetes.io/instance")
+            .map(String::as_str),
+        Some(RELEASE),
+        "made by the release"
+    );
 }
 
 /// Waits until the agent of each hybrid node published the node's `dra.cpu` slice with every
@@ -963,7 +992,6 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
     let (env, slurm_url) = setup(started).await;
 
     // --- helm install: the Deployments' pods run and become Ready -------------------------
-    create_dra_cpu_class(&env).await;
     let first = install(
         &env,
         &slurm_url,
@@ -974,15 +1002,16 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
         first.len() >= 4,
         "scheduler, controllers and two admission replicas: {first:?}"
     );
-    // --- the node agent DaemonSet: one pod on each hybrid node, registered with containerd ---
+    // --- the node agent DaemonSet: one pod on each hybrid node, Ready through its probe -----
     // What the node agent's checks add to the test, said at the end.
     let mut agent_checks = Duration::ZERO;
     let agents_ready = Instant::now();
     let first_agents = wait_node_agents(&env).await;
     eprintln!(
-        "node agents registered {:.1} s after the Deployments were Ready: {first_agents:?}",
+        "node agents Ready {:.1} s after the Deployments were Ready: {first_agents:?}",
         agents_ready.elapsed().as_secs_f64()
     );
+    check_dra_cpu_class(&env).await;
     let host_cpus = slurm_testenv::cpus::HostCpus::detect().unwrap().count() as usize;
     wait_dra_cpu_slices(&env, host_cpus).await;
     agent_checks += agents_ready.elapsed();
@@ -1051,6 +1080,23 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
             .lines()
             .any(|l| l.contains(" pinned ") && l.contains(&format!("pod={MANAGED_NS}/steady"))),
         "the agent on {steady_node} pinned steady:\n{agent_logs}"
+    );
+    // Its probe port, through the API server's pod proxy (the pod IP, as the kubelet probes
+    // it): ready, and the pin counted in its metrics.
+    let agent = &first_agents[&steady_node];
+    assert_eq!(agent_http(&env, agent, "readyz").await, "ok");
+    let metrics = agent_http(&env, agent, "metrics").await;
+    let pinned_total = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("slurm_bridge_node_agent_containers_pinned_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(
+        pinned_total.is_some_and(|n| n >= 1),
+        "the agent on {steady_node} counts steady's pin:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("slurm_bridge_node_agent_nri_registered 1"),
+        "{metrics}"
     );
     let steady_container = container_of(&env, "steady").await;
     eprintln!("steady (job {steady_job} on {steady_node}) runs on CPUs {pinned:?} of {every:?}");
@@ -1190,6 +1236,14 @@ async fn the_chart_runs_in_cluster_on_kubelet_nodes() {
             .items
             .is_empty(),
         "helm uninstall removed the node agent DaemonSet"
+    );
+    assert!(
+        Api::<DeviceClass>::all(env.kube.clone())
+            .get_opt("dra.cpu")
+            .await
+            .unwrap()
+            .is_none(),
+        "helm uninstall removed the chart's dra.cpu DeviceClass"
     );
     let seen = printed_cpus(&env, "steady").await.len();
     let printed = wait_printed(&env, "steady", seen, 1).await;

@@ -53,6 +53,18 @@ async fn an_agent_started_after_a_pod_pins_its_running_container_without_restart
     agent.wait_log("re-pinning a running container").await;
     let p = env.pods().get("early").await.unwrap();
     assert_eq!(container_id(&p), before, "the container was not restarted");
+    // Its probes: ready (registered with containerd), the re-pin counted.
+    agent.wait_ready().await;
+    assert_eq!(agent.get("/healthz").await.0, 200);
+    let (code, metrics) = agent.get("/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        "slurm_bridge_node_agent_containers_repinned_total 1",
+        "slurm_bridge_node_agent_nri_registered 1",
+        "slurm_bridge_node_agent_nri_registrations_total 1",
+    ] {
+        assert!(metrics.contains(line), "{line}:\n{metrics}");
+    }
 
     // Restarted, the agent finds it pinned already: nothing changes, nothing is killed.
     agent.stop().await;

@@ -70,6 +70,8 @@ impl NodeAgent {
         agent
             .wait_log("the kubelet registered the dra.cpu plugin")
             .await;
+        // Ready: with --dra-cpu also the kubelet's registration and the published slices.
+        agent.wait_ready().await;
         agent
     }
 
@@ -83,6 +85,8 @@ impl NodeAgent {
             .arg(&config)
             .arg("--nri-socket")
             .arg(&socket)
+            // Any free port: tests run agents side by side on one host.
+            .arg("--health-probe-bind-address=127.0.0.1:0")
             .args(extra)
             .env("KUBECONFIG", env.kube_env.kubeconfig())
             .env("SLURM_JWT_FILE", env.slurm.token_file())
@@ -95,6 +99,50 @@ impl NodeAgent {
         let agent = NodeAgent { child, log };
         agent.wait_log("NRI: registered with the runtime").await;
         agent
+    }
+
+    /// The probe address the agent logged it serves on.
+    pub async fn probe_address(&self) -> String {
+        wait_some("the agent's probe address", WAIT, async || {
+            let log = std::fs::read_to_string(&self.log).ok()?;
+            let line = log
+                .lines()
+                .find(|l| l.contains("serving /healthz, /readyz and /metrics"))?;
+            let addr = line.split("addr=").nth(1)?;
+            Some(addr.split_whitespace().next()?.to_string())
+        })
+        .await
+    }
+
+    /// GET `path` of the agent's probe server: (status, body).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.probe_address().await;
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .unwrap_or_else(|e| panic!("the agent's probe server {addr}: {e}"));
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let code = out
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        (code, body)
+    }
+
+    /// Waits until the agent's /readyz answers 200.
+    pub async fn wait_ready(&self) {
+        wait_some("the node agent's /readyz answers 200", WAIT, async || {
+            (self.get("/readyz").await.0 == 200).then_some(())
+        })
+        .await;
     }
 
     /// Waits until the agent's log has `text`.
