@@ -45,7 +45,7 @@ pub struct Config {
     /// DRA drivers besides the built-in GPU drivers whose devices become Slurm GRES
     /// `gpu:<driver>` (this project's field, `draDeviceDrivers`), each with how a device's index
     /// is found; pods ask for them as `deviceclass.resource.kubernetes.io/<driver>`.
-    pub dra_device_drivers: Vec<crate::dra::GresDriver>,
+    pub dra_device_drivers: Vec<crate::resources::gres_drivers::GresDriver>,
 }
 
 /// What a PriorityClass means in Slurm: any of a QoS, a partition and a job priority.
@@ -62,8 +62,8 @@ pub struct PriorityMapping {
 impl Config {
     /// The DRA drivers whose devices become GRES: the built-in GPU drivers and
     /// `draDeviceDrivers`.
-    pub fn gres_drivers(&self) -> crate::dra::GresDrivers {
-        crate::dra::GresDrivers::with(self.dra_device_drivers.iter().cloned())
+    pub fn gres_drivers(&self) -> crate::resources::gres_drivers::GresDrivers {
+        crate::resources::gres_drivers::GresDrivers::with(self.dra_device_drivers.iter().cloned())
     }
 
     /// The Slurm settings of PriorityClass `class`, if the config maps it.
@@ -394,8 +394,11 @@ const EXPECT_DRA_DRIVERS: &str = "a list of {name: DRIVER, index: attribute|name
      attribute `index` (attribute) or the number at the end of its name, device-03 -> 3 (name)";
 
 /// `draDeviceDrivers`: the admin's DRA drivers whose devices become GRES.
-fn dra_device_drivers(key: &str, v: Value) -> Result<Vec<crate::dra::GresDriver>, ConfigError> {
-    use crate::dra::{DeviceIndex, GresDriver, GresDrivers};
+fn dra_device_drivers(
+    key: &str,
+    v: Value,
+) -> Result<Vec<crate::resources::gres_drivers::GresDriver>, ConfigError> {
+    use crate::resources::gres_drivers::{DeviceIndex, GresDriver, GresDrivers};
     let items = match v {
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
@@ -730,7 +733,7 @@ mod tests {
 
     #[test]
     fn dra_device_drivers_parse() {
-        use crate::dra::{DeviceIndex, GresDriver};
+        use crate::resources::gres_drivers::{DeviceIndex, GresDriver};
         let cfg = Config::from_yaml(
             "draDeviceDrivers:\n- {name: test-driver.cdi.k8s.io, index: name}\n- {name: gpu.intel.com, index: attribute}\n",
         )
@@ -762,7 +765,7 @@ mod tests {
         // Absent or null: the built-ins only.
         assert_eq!(
             Config::default().gres_drivers(),
-            crate::dra::GresDrivers::builtin()
+            crate::resources::gres_drivers::GresDrivers::builtin()
         );
         assert!(
             Config::from_yaml("draDeviceDrivers: null")

@@ -108,7 +108,7 @@ pub fn claim_parts(
                 ..Default::default()
             });
         }
-        let cel = drivers.selector(class, &chosen);
+        let cel = super::drivers::selector(drivers, class, &chosen);
         parts
             .requests
             .push(exact(class, REQUEST_GPU, chosen.len(), cel));

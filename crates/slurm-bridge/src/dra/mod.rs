@@ -25,17 +25,16 @@ mod share;
 #[cfg(test)]
 mod tests;
 
+pub use crate::resources::gres_drivers::{
+    DeviceIndex, GPU_EXAMPLE, GPU_NVIDIA, GresDriver, GresDrivers,
+};
 pub use ask::DeviceAsk;
 pub use claim_parts::{ClaimParts, claim_parts};
-pub use drivers::{DeviceIndex, GresDriver, GresDrivers};
 pub use inventory::{GpuDevice, NodeInventory, parse_gres_index};
 pub use share::{NodeAllocation, Share, share};
 
 use crate::resources::bitmap::BitmapError;
 
-/// DeviceClass (and driver) names of the GPU drivers.
-pub const GPU_NVIDIA: &str = "gpu.nvidia.com";
-pub const GPU_EXAMPLE: &str = "gpu.example.com";
 /// The request name of CPUs in a generated claim.
 pub const REQUEST_CPU: &str = "cpu";
 /// The request name of GPUs in a generated claim (the GRES name).

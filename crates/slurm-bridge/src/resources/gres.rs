@@ -4,7 +4,7 @@ use crate::k8s::slim_pod::PodSpec;
 
 use super::pod_resources::{ResourceError, pod_limits};
 use super::quantity::Quantity;
-use crate::dra::GresDrivers;
+use crate::resources::gres_drivers::GresDrivers;
 use crate::wellknown::{DEVICE_PLUGIN_GPUS, DEVICECLASS_DRA_CPU, DEVICECLASS_PREFIX};
 
 /// Why a pod's devices cannot be expressed as Slurm GRES.
@@ -187,9 +187,9 @@ mod tests {
             "{text}"
         );
         // An admin's driver is GRES like the GPU drivers.
-        let drivers = GresDrivers::with([crate::dra::GresDriver {
+        let drivers = GresDrivers::with([crate::resources::gres_drivers::GresDriver {
             name: "fpga.acme.com".into(),
-            index: crate::dra::DeviceIndex::NameNumber,
+            index: crate::resources::gres_drivers::DeviceIndex::NameNumber,
         }]);
         assert_eq!(
             gres_for(&fpga, &drivers).unwrap().as_deref(),

@@ -5,6 +5,7 @@ pub mod bitmap;
 pub mod cpulist;
 pub mod cpumap;
 pub mod gres;
+pub mod gres_drivers;
 pub mod pod_resources;
 pub mod quantity;
 

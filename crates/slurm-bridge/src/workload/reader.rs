@@ -95,8 +95,8 @@ pub enum ReadError {
 pub trait WorkloadReader: Sync {
     /// The DRA drivers whose devices the translation turns into GRES (the config's
     /// `draDeviceDrivers` with the built-in GPU drivers); by default the built-ins only.
-    fn gres_drivers(&self) -> crate::dra::GresDrivers {
-        crate::dra::GresDrivers::builtin()
+    fn gres_drivers(&self) -> crate::resources::gres_drivers::GresDrivers {
+        crate::resources::gres_drivers::GresDrivers::builtin()
     }
 
     /// GET one object (any apiVersion/kind) in the namespace of `object`.

@@ -60,7 +60,7 @@ pub enum ManifestError {
 #[derive(Debug, Clone, Default)]
 pub struct ManifestReader {
     objects: BTreeMap<ObjectRef, DynamicObject>,
-    drivers: crate::dra::GresDrivers,
+    drivers: crate::resources::gres_drivers::GresDrivers,
 }
 
 /// A stable FNV-1a hash (generated names and uids must not change between runs).
@@ -91,7 +91,10 @@ impl ManifestReader {
     }
 
     /// The same, its pods' DRA classes of `drivers` GRES (the config's `draDeviceDrivers`).
-    pub fn with_gres_drivers(mut self, drivers: crate::dra::GresDrivers) -> Self {
+    pub fn with_gres_drivers(
+        mut self,
+        drivers: crate::resources::gres_drivers::GresDrivers,
+    ) -> Self {
         self.drivers = drivers;
         self
     }
@@ -291,7 +294,7 @@ impl ManifestReader {
 }
 
 impl WorkloadReader for ManifestReader {
-    fn gres_drivers(&self) -> crate::dra::GresDrivers {
+    fn gres_drivers(&self) -> crate::resources::gres_drivers::GresDrivers {
         self.drivers.clone()
     }
 
