@@ -116,3 +116,40 @@ async fn metrics(State(p): State<Probe>) -> impl IntoResponse {
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    async fn get(app: &Router, path: &str) -> (StatusCode, String) {
+        let resp = app
+            .clone()
+            .oneshot(axum::http::Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `/readyz` says why it is not ready; `/healthz` answers meanwhile.
+    #[tokio::test]
+    async fn readiness_with_a_reason() {
+        let (tx, rx) = watch::channel(Some("not registered yet".to_string()));
+        let app = router_with_reason(rx, Arc::new(Registry::default()));
+        assert_eq!(
+            get(&app, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: not registered yet".into()
+            )
+        );
+        assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
+        tx.send_replace(None);
+        assert_eq!(get(&app, "/readyz").await, (StatusCode::OK, "ok".into()));
+        assert_eq!(get(&app, "/metrics").await.0, StatusCode::OK);
+    }
+}

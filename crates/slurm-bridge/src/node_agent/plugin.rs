@@ -421,6 +421,54 @@ mod tests {
         assert!(agent.last_pin("u3").is_none());
     }
 
+    /// The metrics count what the runtime was answered: a pin, a refusal, a last pin kept.
+    #[tokio::test]
+    async fn pins_refusals_and_kept_pins_are_counted() {
+        let slurm = Arc::new(OneJob::default());
+        *slurm.job.lock().unwrap() = Some(running_job());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let agent = agent(slurm.clone()).with_metrics(metrics.clone());
+        let sandbox = |uid: &str| PodSandbox {
+            id: format!("sb-{uid}"),
+            name: "p".into(),
+            uid: uid.into(),
+            namespace: "ns".into(),
+            labels: [(LABEL_SLURM_JOBID.to_string(), "7".to_string())].into(),
+            ..Default::default()
+        };
+        let adjust = agent
+            .create_container(sandbox("u1"), Container::default())
+            .await;
+        assert!(adjust.is_ok(), "{adjust:?}");
+        assert_eq!(metrics.containers_pinned.get(), 1);
+
+        // Slurm down: the pinned pod keeps its CPUs, another is refused.
+        slurm.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let fresh = agent_with_pins(&agent, slurm).with_metrics(metrics.clone());
+        assert!(
+            fresh
+                .create_container(sandbox("u1"), Container::default())
+                .await
+                .is_ok()
+        );
+        assert_eq!(metrics.last_pins_kept.get(), 1);
+        assert!(
+            fresh
+                .create_container(sandbox("u2"), Container::default())
+                .await
+                .is_err()
+        );
+        assert_eq!(metrics.containers_refused.get(), 1);
+        assert_eq!(metrics.containers_pinned.get(), 2);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("slurm_bridge_node_agent_containers_refused_total 1"),
+            "{text}"
+        );
+    }
+
     /// A new agent (no read cache) that carries `from`'s last pins.
     fn agent_with_pins(from: &Agent<Arc<OneJob>>, slurm: Arc<OneJob>) -> Agent<Arc<OneJob>> {
         let a = agent(slurm);
