@@ -200,6 +200,25 @@ pub(crate) fn watch_bound(
     })
 }
 
+/// Ends once `n` pods of `pods` report phase Running: the node agent's status write after each
+/// bind, the end of a line's Kubernetes work (a watch started now).
+pub(crate) fn watch_running(pods: &Api<Pod>, n: usize) -> tokio::task::JoinHandle<()> {
+    let pods = pods.clone();
+    tokio::spawn(async move {
+        let mut running = std::collections::HashSet::new();
+        let stream = watcher(pods, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(Ok(p)) = stream.next().await {
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                running.insert(p.metadata.name.clone().unwrap_or_default());
+                if running.len() >= n {
+                    break;
+                }
+            }
+        }
+    })
+}
+
 /// The latest instant of a map (when the last pod was bound).
 pub(crate) fn last(bound: &HashMap<String, Instant>) -> Instant {
     *bound.values().max().expect("pods bound")

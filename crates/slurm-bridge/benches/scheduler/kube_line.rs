@@ -1,6 +1,6 @@
 //! The Kubernetes lines beside the bridge: kube-scheduler on the same pods, and the bind floor.
 
-use crate::env::{create_pods, last, namespace, watch_bound};
+use crate::env::{create_pods, last, namespace, watch_bound, watch_running};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use kube::api::{ObjectMeta, PostParams};
@@ -37,15 +37,17 @@ pub(crate) async fn kube_scheduler_burst(
 }
 
 /// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,
-/// `workers` Bindings in flight, pod i to node i mod nodes.
+/// `workers` Bindings in flight, pod i to node i mod nodes. Returns the time to the last
+/// Binding and the time until the node agent reported every pod Running.
 pub(crate) async fn bind_floor(
     kube: &kube_testenv::Instance,
     n: u32,
     nodes: u32,
     workers: u32,
-) -> Duration {
+) -> (Duration, Duration) {
     let pods = namespace(kube, "bind-floor").await;
     create_pods(&pods, "floor", n, "nobody").await;
+    let running = watch_running(&pods, n as usize);
     let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -77,5 +79,7 @@ pub(crate) async fn bind_floor(
         .buffer_unordered(workers as usize)
         .count()
         .await;
-    started.elapsed()
+    let bound = started.elapsed();
+    running.await.unwrap();
+    (bound, started.elapsed())
 }
