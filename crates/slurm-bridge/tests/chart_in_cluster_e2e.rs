@@ -217,6 +217,53 @@ fn process_identity(pid: i32) -> ((u32, u32), bool) {
     ((uids[0], uids[1]), root_ro)
 }
 
+/// Checks one of the chart's pods as it runs: Ready, its container with the chart's liveness
+/// and readiness probes and never restarted, every host process of it running as `uid` with a
+/// read-only root file system; returns those processes.
+fn check_running_container(p: &Pod, uid: u32) -> Vec<i32> {
+    let name = p.name_any();
+    assert!(is_ready(p), "{name} is not Ready");
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    assert!(
+        c.readiness_probe.is_some() && c.liveness_probe.is_some(),
+        "{name}: the chart's probes"
+    );
+    let status = &p
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(status.restart_count, 0, "{name} restarted");
+    let pids = container_pids(status.container_id.as_deref().expect("a container id"));
+    assert!(
+        !pids.is_empty(),
+        "{name}: no process of its container on the host"
+    );
+    for &pid in &pids {
+        let (uids, root_ro) = process_identity(pid);
+        assert_eq!(uids, (uid, uid), "{name}: process {pid}'s user");
+        assert!(
+            root_ro,
+            "{name}: process {pid}'s root file system is writable"
+        );
+    }
+    pids
+}
+
+/// The log of the release's pod `name`, checked to hold none of `bad`.
+async fn log_without(env: &Env, name: &str, bad: &[&str]) -> String {
+    let logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
+        .logs(name, &LogParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{name}'s logs: {e}"));
+    for b in bad {
+        assert!(!logs.contains(b), "{name} logged {b:?}:\n{logs}");
+    }
+    logs
+}
+
 /// Checks the chart's pods as they run: on node-3, Ready (the kubelet's readiness probe passed),
 /// never restarted, as 65532 with a read-only root file system; returns their names.
 async fn check_bridge_pods(env: &Env) -> BTreeSet<String> {
@@ -224,43 +271,15 @@ async fn check_bridge_pods(env: &Env) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for p in &pods {
         let name = p.name_any();
-        assert!(is_ready(p), "{name} is not Ready");
         assert_eq!(e2e::node_of(p), BRIDGE_NODE, "{name}");
-        let spec = p.spec.as_ref().unwrap();
-        let c = &spec.containers[0];
-        assert!(
-            c.readiness_probe.is_some() && c.liveness_probe.is_some(),
-            "{name}: the chart's probes"
-        );
-        let status = &p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0];
-        assert_eq!(status.restart_count, 0, "{name} restarted");
-        let pids = container_pids(status.container_id.as_deref().expect("a container id"));
-        assert!(
-            !pids.is_empty(),
-            "{name}: no process of its container on the host"
-        );
-        for pid in pids {
-            let (uids, root_ro) = process_identity(pid);
-            assert_eq!(uids, (65532, 65532), "{name}: process {pid}'s user");
-            assert!(
-                root_ro,
-                "{name}: process {pid}'s root file system is writable"
-            );
-        }
+        check_running_container(p, 65532);
         // Every call the chart's RBAC allows, nothing failed on the way up.
-        let logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
-            .logs(&name, &LogParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("{name}'s logs: {e}"));
-        for bad in ["forbidden", "Forbidden", " 403", "ERROR", "panicked"] {
-            assert!(!logs.contains(bad), "{name} logged {bad:?}:\n{logs}");
-        }
+        log_without(
+            env,
+            &name,
+            &["forbidden", "Forbidden", " 403", "ERROR", "panicked"],
+        )
+        .await;
         names.insert(name);
     }
     names
@@ -364,29 +383,7 @@ async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
     let mut by_node = BTreeMap::new();
     for p in agent_pods(env).await {
         let name = p.name_any();
-        assert!(is_ready(&p), "{name} is not Ready");
-        let c = &p.spec.as_ref().unwrap().containers[0];
-        assert!(
-            c.readiness_probe.is_some() && c.liveness_probe.is_some(),
-            "{name}: the chart's probes"
-        );
-        let status = &p
-            .status
-            .as_ref()
-            .unwrap()
-            .container_statuses
-            .as_ref()
-            .unwrap()[0];
-        assert_eq!(status.restart_count, 0, "{name} restarted");
-        let pids = container_pids(status.container_id.as_deref().expect("a container id"));
-        assert!(!pids.is_empty(), "{name}: no process on the host");
-        for pid in pids {
-            let (uids, root_ro) = process_identity(pid);
-            assert_eq!(uids, (0, 0), "{name}: process {pid}'s user");
-            assert!(
-                root_ro,
-                "{name}: process {pid}'s root file system is writable"
-            );
+        for pid in check_running_container(&p, 0) {
             for (set, value) in process_capabilities(pid) {
                 assert!(
                     value.chars().all(|c| c == '0'),
@@ -394,13 +391,12 @@ async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
                 );
             }
         }
-        let logs = Api::<Pod>::namespaced(env.kube.clone(), RELEASE_NS)
-            .logs(&name, &LogParams::default())
-            .await
-            .unwrap();
-        for bad in ["forbidden", "Forbidden", "ERROR", "WARN", "panicked"] {
-            assert!(!logs.contains(bad), "{name} logged {bad:?}:\n{logs}");
-        }
+        let logs = log_without(
+            env,
+            &name,
+            &["forbidden", "Forbidden", "ERROR", "WARN", "panicked"],
+        )
+        .await;
         // Ready came from the agent's own readiness (the kubelet saw /readyz answer 200), and
         // that only after containerd registered it.
         let (registered, ready) = (logs.find(AGENT_REGISTERED), logs.find(AGENT_READY));
