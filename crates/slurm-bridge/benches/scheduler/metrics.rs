@@ -217,47 +217,17 @@ const DAEMONS: [&str; 7] = [
 /// other users' instances on the machine do not count), per process.
 pub(crate) fn cpu_by_daemon() -> CpuSnapshot {
     let ticks = 100.0; // USER_HZ on Linux
-    let mut procs = Vec::new(); // (pid, ppid, comm, seconds)
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = stat[open + 1..close].to_string();
-        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-        let (Some(ppid), Some(u), Some(s)) = (fields.get(1), fields.get(11), fields.get(12)) else {
-            continue;
-        };
-        let secs = (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks;
-        procs.push((pid, ppid.parse::<i32>().unwrap_or(0), comm, secs));
-    }
-    // Descendants of this process, by walking parents down from it.
-    let mut ours = std::collections::HashSet::from([std::process::id() as i32]);
-    loop {
-        let before = ours.len();
-        for (pid, ppid, _, _) in &procs {
-            if ours.contains(ppid) {
-                ours.insert(*pid);
-            }
-        }
-        if ours.len() == before {
-            break;
-        }
-    }
-    procs
+    slurm_testenv::process::descendants(std::process::id() as i32)
         .into_iter()
-        .filter(|(pid, ..)| ours.contains(pid))
-        .filter_map(|(pid, _, comm, secs)| {
-            let daemon = DAEMONS.iter().find(|d| comm.starts_with(*d))?;
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+            let daemon = DAEMONS
+                .iter()
+                .find(|d| stat[open + 1..close].starts_with(*d))?;
+            let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+            let (u, s) = (fields.get(11)?, fields.get(12)?);
+            let secs = (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks;
             Some((pid, *daemon, secs))
         })
         .collect()
