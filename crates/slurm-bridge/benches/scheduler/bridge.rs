@@ -60,6 +60,10 @@ pub(crate) fn spawn_bridge(
     // heaptrack's wrapper's, not the bridge's.
     let heaptrack = std::env::var_os("BENCH_HEAPTRACK");
     let wrapped = heaptrack.is_some();
+    // BENCH_BRIDGE_BIN=<file>: another build of the bridge (a copy of an earlier one), so two
+    // builds compare in one bench build, run after run.
+    let bin = std::env::var_os("BENCH_BRIDGE_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_slurm-bridge").into());
     let mut cmd = match heaptrack {
         Some(prefix) => {
             static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -67,12 +71,12 @@ pub(crate) fn spawn_bridge(
             let mut out = prefix;
             out.push(format!("-{n}-{command}"));
             let mut c = Command::new("heaptrack");
-            c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_slurm-bridge"));
+            c.arg("-o").arg(out).arg(&bin);
             // A process group of its own, in which `Killed` finds the bridge.
             std::os::unix::process::CommandExt::process_group(&mut c, 0);
             c
         }
-        None => Command::new(env!("CARGO_BIN_EXE_slurm-bridge")),
+        None => Command::new(&bin),
     };
     // BENCH_BRIDGE_ENV="K=V K2=V2": more environment for the bridge alone (allocator settings,
     // `LD_PRELOAD` of another allocator), not for the bench or the control plane.

@@ -81,11 +81,24 @@ async fn the_webhook_adds_finalizer_and_toleration_so_binding_writes_the_label_o
             p.labels().contains_key(LABEL_SLURM_JOBID),
             "{name}: job id label"
         );
+        // The scheduler's patch, or its Binding (kube-apiserver copies a Binding's labels
+        // onto the pod, outside managedFields): set by no one else.
+        let label_field = format!("\"f:{LABEL_SLURM_JOBID}\"");
+        let others: Vec<_> = p
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.manager.as_deref() != Some(SCHEDULER))
+            .filter(|m| {
+                m.fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.to_string().contains(&label_field))
+            })
+            .map(|m| m.manager.clone())
+            .collect();
+        assert!(others.is_empty(), "{name}: the label set by {others:?}");
         let by_scheduler = fields_of(p, SCHEDULER);
-        assert!(
-            by_scheduler.contains(&format!("\"f:{LABEL_SLURM_JOBID}\"")),
-            "{name}: the scheduler set the label: {by_scheduler}"
-        );
         let scheduler_set_both =
             by_scheduler.contains("\"f:finalizers\"") && by_scheduler.contains("\"f:tolerations\"");
         let want = name == "before-webhook";

@@ -58,6 +58,8 @@ pub(super) struct Waiting {
     pub(super) id: Identity,
     /// The patch's JSON text.
     pub(super) patch: String,
+    /// When a worker may take it ([`super::LABEL_MIN_AGE`]).
+    not_before: Instant,
     /// When it stops giving way to Bindings and submits ([`super::LABEL_MAX_LAG`]).
     pub(super) deadline: Instant,
     pub(super) writes: KubeWrites,
@@ -80,6 +82,16 @@ struct State {
     workers: usize,
 }
 
+/// What a worker does next ([`LabelQueue::next`]).
+pub(super) enum Next {
+    /// Send this patch (once it stops giving way).
+    Take(Waiting),
+    /// Wait until then: the first patch left is younger than [`super::LABEL_MIN_AGE`].
+    At(Instant),
+    /// Stop: no patch is left.
+    Done,
+}
+
 /// The queue; see the module doc.
 pub(super) struct LabelQueue {
     state: Mutex<State>,
@@ -94,9 +106,10 @@ impl LabelQueue {
         }
     }
 
-    /// Queues the patch of `pod` with `job_id` under `ticket`; true when the caller must start
-    /// a worker (fewer than the most are running). A patch of the pod queued before is replaced
-    /// (its ticket dropped: it counts as not landed).
+    /// Queues the patch of `pod` with `job_id` under `ticket`, for a worker to take from
+    /// `not_before` on (patches are queued in the order of their `not_before`); true when the
+    /// caller must start a worker (fewer than the most are running). A patch of the pod queued
+    /// before is replaced (its ticket dropped: it counts as not landed).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push(
         &self,
@@ -105,7 +118,7 @@ impl LabelQueue {
         job_id: u32,
         patch: String,
         ticket: LabelTicket,
-        deadline: Instant,
+        (not_before, deadline): (Instant, Instant),
         writes: KubeWrites,
     ) -> bool {
         let mut st = self.state.locked();
@@ -126,6 +139,7 @@ impl LabelQueue {
             job_id,
             id: Identity::of(pod),
             patch,
+            not_before,
             deadline,
             writes,
         });
@@ -136,17 +150,22 @@ impl LabelQueue {
         start
     }
 
-    /// The next patch for a worker, skipping those a bind took over; `None` when none is left,
-    /// and the worker is counted as gone.
-    pub(super) fn next(&self) -> Option<Waiting> {
+    /// The next patch for a worker at `now`, skipping those a bind took over: the patch, or when
+    /// the first one left may be taken, or [`Next::Done`] when none is left (the worker is
+    /// counted as gone).
+    pub(super) fn next(&self, now: Instant) -> Next {
         let mut st = self.state.locked();
-        while let Some(w) = st.order.pop_front() {
-            if st.tickets.get(&w.key).is_some_and(|t| t.seq == w.seq) {
-                return Some(w);
+        while let Some(w) = st.order.front() {
+            if !st.tickets.get(&w.key).is_some_and(|t| t.seq == w.seq) {
+                st.order.pop_front();
+            } else if w.not_before > now {
+                return Next::At(w.not_before);
+            } else {
+                return st.order.pop_front().map_or(Next::Done, Next::Take);
             }
         }
         st.workers -= 1;
-        None
+        Next::Done
     }
 
     /// The ticket of `w` when its worker's turn has come, unless a bind took it over meanwhile.
@@ -197,9 +216,18 @@ mod tests {
             job_id,
             "{}".into(),
             ticket(memo, &p, job_id),
-            Instant::now(),
+            (Instant::now(), Instant::now()),
             KubeWrites::default(),
         )
+    }
+
+    /// The next patch a worker takes, however young.
+    fn next(q: &LabelQueue) -> Option<Waiting> {
+        match q.next(Instant::now() + std::time::Duration::from_secs(3600)) {
+            Next::Take(w) => Some(w),
+            Next::At(_) => panic!("every patch may be taken an hour from now"),
+            Next::Done => None,
+        }
     }
 
     #[tokio::test]
@@ -212,15 +240,15 @@ mod tests {
         assert!(push(&q, &memo, "b", "u2", 1), "and the second another");
         assert!(!push(&q, &memo, "c", "u3", 1), "two workers at most");
         // One worker takes them all, in order, and is gone when none is left.
-        let names: Vec<String> = std::iter::from_fn(|| q.next()).map(|w| w.key).collect();
+        let names: Vec<String> = std::iter::from_fn(|| next(&q)).map(|w| w.key).collect();
         assert_eq!(names, ["ns/a", "ns/b", "ns/c"]);
         assert!(
             push(&q, &memo, "d", "u4", 1),
             "one worker left: another starts"
         );
         assert!(!push(&q, &memo, "e", "u5", 1), "two again");
-        assert!(q.next().is_some() && q.next().is_some());
-        assert!(q.next().is_none() && q.next().is_none(), "both gone");
+        assert!(next(&q).is_some() && next(&q).is_some());
+        assert!(next(&q).is_none() && next(&q).is_none(), "both gone");
         assert!(
             push(&q, &memo, "f", "u6", 1),
             "no worker left: a new one starts"
@@ -235,11 +263,11 @@ mod tests {
         assert!(q.take("ns/a", Some("u1"), 8).is_none(), "another job");
         assert!(q.take("ns/a", Some("u9"), 7).is_none(), "another pod");
         assert!(q.take("ns/a", Some("u1"), 7).is_some());
-        let b = q.next().expect("a was taken over: b is next");
+        let b = next(&q).expect("a was taken over: b is next");
         assert_eq!(b.key, "ns/b");
         assert!(q.turn(&b).is_some(), "b's turn");
         assert!(q.take("ns/b", Some("u2"), 7).is_none(), "b's worker has it");
-        assert!(q.next().is_none());
+        assert!(next(&q).is_none());
     }
 
     #[tokio::test]
@@ -248,9 +276,58 @@ mod tests {
         push(&q, &memo, "a", "u1", 7);
         // The pod was recreated under its name: the memo hands out a ticket for the new one.
         push(&q, &memo, "a", "u2", 8);
-        let w = q.next().expect("the later patch");
+        let w = next(&q).expect("the later patch");
         assert_eq!((w.key.as_str(), w.job_id), ("ns/a", 8));
         assert!(q.turn(&w).is_some());
-        assert!(q.next().is_none(), "the earlier one is not sent");
+        assert!(next(&q).is_none(), "the earlier one is not sent");
+    }
+
+    /// A worker takes no patch younger than its `not_before`: it is told when the first one
+    /// may be taken, and a patch taken over meanwhile is skipped, not waited for.
+    #[tokio::test(start_paused = true)]
+    async fn a_young_patch_is_not_taken_before_its_time() {
+        let (q, memo) = (LabelQueue::new(1), LabelMemo::default());
+        let t0 = Instant::now();
+        for (name, uid, age) in [("a", "u1", 0), ("b", "u2", 1)] {
+            let p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+            }))
+            .expect("pod");
+            let Claim::Send(ticket) = memo.claim(&p, 7) else {
+                panic!("a fresh memo hands out a ticket")
+            };
+            let not_before = t0 + std::time::Duration::from_secs(2 + age);
+            q.push(
+                format!("ns/{name}"),
+                &p,
+                7,
+                "{}".into(),
+                ticket,
+                (not_before, not_before + std::time::Duration::from_secs(3)),
+                KubeWrites::default(),
+            );
+        }
+        let at = |n: Next| match n {
+            Next::At(t) => t - t0,
+            Next::Take(w) => panic!("{} taken too soon", w.key),
+            Next::Done => panic!("none left"),
+        };
+        assert_eq!(at(q.next(t0)), std::time::Duration::from_secs(2));
+        assert!(
+            q.take("ns/a", Some("u1"), 7).is_some(),
+            "a's bind took it over"
+        );
+        assert_eq!(
+            at(q.next(t0 + std::time::Duration::from_secs(2))),
+            std::time::Duration::from_secs(3)
+        );
+        match q.next(t0 + std::time::Duration::from_secs(3)) {
+            Next::Take(w) => assert_eq!(w.key, "ns/b"),
+            _ => panic!("b may be taken at 3 s"),
+        }
+        assert!(matches!(
+            q.next(t0 + std::time::Duration::from_secs(3)),
+            Next::Done
+        ));
     }
 }

@@ -67,6 +67,8 @@ pub struct PodWriter {
     /// Bindings and submits in flight, which background label patches give way to
     /// ([`LABEL_MAX_LAG`]).
     label_holds: Arc<tokio::sync::watch::Sender<usize>>,
+    /// How long a background label patch waits at least ([`LABEL_MIN_AGE`]).
+    label_min_age: std::time::Duration,
     /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
     label_max_lag: std::time::Duration,
     /// How long a background Event gives way to them ([`EVENT_MAX_LAG`]).
@@ -102,6 +104,14 @@ pub const EVENT_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(10
 /// [`PodWriter::label_for_binding`]), and the API server spends itself on the Bindings; a pod
 /// that waits for Slurm shows its job id this much later at most.
 pub const LABEL_MAX_LAG: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a background label patch waits before it may go out at all. A pod whose job Slurm
+/// starts within this is bound with the label on the Binding (one write, not two), whether or
+/// not submits and Bindings are in flight at that moment: under a steady arrival they often are
+/// not, and before this each pod cost a label patch besides its Binding. A pod that waits for
+/// Slurm shows its job id this much later (crash safety never rested on the label: the job's
+/// admin_comment names its pods).
+pub const LABEL_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Workers sending background label patches, one at a time each
 /// ([`PodWriter::label_in_background`]), as many as the scheduler's default workers: the label
@@ -177,6 +187,7 @@ impl PodWriter {
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
             urgent: Arc::new(tokio::sync::watch::channel(0).0),
             label_holds: Arc::new(tokio::sync::watch::channel(0).0),
+            label_min_age: LABEL_MIN_AGE,
             label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
@@ -199,6 +210,12 @@ impl PodWriter {
     /// submits and Bindings have the API server and the CPU.
     pub fn labels_wait(&self) -> Counted<'_> {
         Counted::new(&self.label_holds)
+    }
+
+    /// The writer with background label patches waiting `age` at least (tests).
+    pub fn with_label_min_age(mut self, age: std::time::Duration) -> Self {
+        self.label_min_age = age;
+        self
     }
 
     /// The writer with background label patches giving way for `lag` at most (tests).
@@ -340,14 +357,15 @@ impl PodWriter {
                 // ([`Self::take_queued`]). A burst queues thousands of these: each keeps the
                 // pod's identity and the patch's text, not a copy of the pod and a tree of JSON
                 // values (about 4 KiB), nor a task.
-                let deadline = tokio::time::Instant::now() + self.label_max_lag;
+                let not_before = tokio::time::Instant::now() + self.label_min_age;
+                let deadline = not_before.max(tokio::time::Instant::now() + self.label_max_lag);
                 let start = self.label_queue.push(
                     pod_key(pod),
                     pod,
                     job_id,
                     patch.to_string(),
                     ticket,
-                    deadline,
+                    (not_before, deadline),
                     writes.clone(),
                 );
                 if start {
@@ -365,12 +383,21 @@ impl PodWriter {
     }
 
     /// A worker sending the queued label patches, one at a time, until none is left: each
-    /// gives way to the Bindings and submits in flight until its deadline ([`LABEL_MAX_LAG`]).
+    /// waits [`LABEL_MIN_AGE`], then gives way to the Bindings and submits in flight until its
+    /// deadline ([`LABEL_MAX_LAG`]).
     fn label_worker(&self) {
         let writer = self.clone();
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
-            while let Some(w) = writer.label_queue.next() {
+            loop {
+                let w = match writer.label_queue.next(tokio::time::Instant::now()) {
+                    label_queue::Next::Take(w) => w,
+                    label_queue::Next::At(t) => {
+                        tokio::time::sleep_until(t).await;
+                        continue;
+                    }
+                    label_queue::Next::Done => break,
+                };
                 let mut holds = writer.label_holds.subscribe();
                 let _ = tokio::time::timeout_at(w.deadline, holds.wait_for(|n| *n == 0)).await;
                 // None: a bind took it over (the Binding carried the label, or it sent it).

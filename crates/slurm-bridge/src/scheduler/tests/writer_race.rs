@@ -508,3 +508,41 @@ async fn a_bind_does_not_wait_for_a_label_patch_in_flight_when_the_label_rides()
         Some("7")
     );
 }
+
+/// A background label patch waits [`crate::k8s::pod_writer::LABEL_MIN_AGE`] even with no submit
+/// or Binding in flight (a steady arrival has such moments all the time): a pod bound within it
+/// costs one write, the Binding carrying the label, and one still waiting for Slurm then gets
+/// its patch. The clock is paused: the sleep ends only when nothing else can run.
+#[tokio::test(start_paused = true)]
+async fn a_background_label_waits_its_minimum_age_and_a_bind_meanwhile_carries_it() {
+    use crate::k8s::pod_writer::LABEL_MIN_AGE;
+    let h = Harness::new(
+        World::nodes(&["n1"])
+            .with(pod("a").admitted())
+            .with(pod("b").admitted()),
+    )
+    .await;
+    h.kube.serve_version(36, true);
+    let writes = &h.ctx.metrics.kube_writes;
+    let (a, b) = (h.pod("a"), h.pod("b"));
+    let queued = tokio::time::Instant::now();
+    h.ctx.writer.label_in_background(writes, &a, 7, false);
+    h.ctx.writer.label_in_background(writes, &b, 8, false);
+    tokio::time::sleep(LABEL_MIN_AGE - Duration::from_millis(100)).await;
+    assert_eq!(
+        h.kube.writes_of(&["label "]),
+        Vec::<String>::new(),
+        "no patch before its minimum age, though nothing is in flight"
+    );
+    assert!(bind_as_the_pass_does(&h.ctx.writer, writes, &a, 7, "n1").await);
+    h.ctx.writer.background_done().await;
+    assert!(
+        queued.elapsed() >= LABEL_MIN_AGE,
+        "b's patch went out at its age"
+    );
+    assert_eq!(
+        h.kube.writes_of(&["label ", "bind "]),
+        ["bind ns/a n1 label=7", "label ns/b 8"]
+    );
+    assert_eq!(writes.of(crate::k8s::writes::write_kind::LABEL), 1);
+}
