@@ -156,7 +156,7 @@ impl LabelQueue {
     pub(super) fn next(&self, now: Instant) -> Next {
         let mut st = self.state.locked();
         while let Some(w) = st.order.front() {
-            if !st.tickets.get(&w.key).is_some_and(|t| t.seq == w.seq) {
+            if st.tickets.get(&w.key).is_none_or(|t| t.seq != w.seq) {
                 st.order.pop_front();
             } else if w.not_before > now {
                 return Next::At(w.not_before);
