@@ -348,14 +348,19 @@ async fn invariant_violations(env: &Env) -> Vec<String> {
     let mut in_jobs: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for id in &active {
         let job = env.rest.job(*id).await.unwrap();
+        let mut uids = Vec::new();
         if let Ok(c) = AdminComment::decode(job.admin_comment.as_deref().unwrap_or("")) {
             for p in c.pods {
                 in_jobs.entry(p).or_default().push(*id);
             }
+            uids = c.uids;
         }
+        // Its pod carries its id, or is one its admin_comment names (a pending pod's label
+        // follows the submit by up to `LABEL_MAX_LAG`).
         let live = pods.iter().any(|p| {
             !matches!(phase(p), "Succeeded" | "Failed")
-                && p.labels().get(LABEL_SLURM_JOBID) == Some(&id.to_string())
+                && (p.labels().get(LABEL_SLURM_JOBID) == Some(&id.to_string())
+                    || p.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
         });
         if !live {
             out.push(format!("live job {id} without a live pod"));

@@ -64,6 +64,16 @@ impl Env {
             .collect()
     }
 
+    /// Uids of the pods job `id`'s admin_comment names (the bridge's own record of its pods,
+    /// which a pending pod's label follows by up to `LABEL_MAX_LAG`); empty for a job not the
+    /// bridge's.
+    pub async fn job_pod_uids(&self, id: u32) -> Vec<String> {
+        let job = self.rest.job(id).await.expect("job");
+        AdminComment::decode(job.admin_comment.as_deref().unwrap_or(""))
+            .map(|c| c.uids)
+            .unwrap_or_default()
+    }
+
     pub fn scontrol_job(&self, id: u32) -> String {
         self.slurm
             .run(&["scontrol", "show", "job", &id.to_string()])
@@ -91,37 +101,57 @@ impl Env {
     /// The invariants every test checks: each bound pod runs on the Kubernetes node behind one
     /// of its Slurm job's allocated nodes, each bridge job's admin_comment lists exactly the pods
     /// labelled with its id, and Slurm has no other job (none submitted twice or cancelled).
+    /// A pending pod's label follows its submit by up to `LABEL_MAX_LAG`, so a job no pod is
+    /// labelled with yet is looked at again until a while after that.
     pub async fn assert_consistent(&self) {
-        let pods = self
-            .pods()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        let slurm_names = self.slurm_names().await;
-        let mut by_job: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
-        for p in &pods {
-            if let Some(id) = p.labels().get(LABEL_SLURM_JOBID) {
-                let id: u32 = id.parse().expect("numeric job id label");
-                by_job
-                    .entry(id)
-                    .or_default()
-                    .insert(format!("{NS}/{}", p.name_any()));
-                if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                    self.assert_on_its_job(&p.name_any(), node, id, &slurm_names)
-                        .await;
+        let deadline = std::time::Instant::now()
+            + slurm_bridge::k8s::pod_writer::LABEL_MAX_LAG
+            + std::time::Duration::from_secs(5);
+        let (pods, by_job) = loop {
+            let pods = self
+                .pods()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items;
+            let mut by_job: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+            for p in &pods {
+                if let Some(id) = p.labels().get(LABEL_SLURM_JOBID) {
+                    let id: u32 = id.parse().expect("numeric job id label");
+                    by_job
+                        .entry(id)
+                        .or_default()
+                        .insert(format!("{NS}/{}", p.name_any()));
                 }
             }
-        }
-        // Every job Slurm knows (any state) stands for labelled pods: no stray or cancelled
-        // duplicate was ever submitted.
-        let known: BTreeSet<u32> = by_job.keys().copied().collect();
-        for id in self.slurm_job_ids() {
-            assert!(
-                known.contains(&id),
-                "Slurm job {id} belongs to no pod: {}",
-                self.scontrol_job(id)
-            );
+            // Every job Slurm knows (any state) stands for labelled pods: no stray or cancelled
+            // duplicate was ever submitted.
+            let stray: Vec<u32> = self
+                .slurm_job_ids()
+                .into_iter()
+                .filter(|id| !by_job.contains_key(id))
+                .collect();
+            if let Some(id) = stray.first() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "Slurm job {id} belongs to no pod: {}",
+                    self.scontrol_job(*id)
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
+            }
+            break (pods, by_job);
+        };
+        let slurm_names = self.slurm_names().await;
+        for p in &pods {
+            if let (Some(id), Some(node)) = (
+                p.labels().get(LABEL_SLURM_JOBID),
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            ) {
+                let id: u32 = id.parse().expect("numeric job id label");
+                self.assert_on_its_job(&p.name_any(), node, id, &slurm_names)
+                    .await;
+            }
         }
         for (id, labelled) in by_job {
             let job = self.rest.job(id).await.expect("labelled job exists");

@@ -239,14 +239,7 @@ pub(super) async fn submit<S: Slurm>(
     // from tasks of their own: the pass ends with the submit, and the worker goes on to the next
     // pod at Slurm's pace. Crash-safe as before: the job's admin_comment names its pods already,
     // and every later pass (the bind's first) waits for the label or sends it.
-    for p in &tr.ir.pods {
-        let stale = p
-            .labels()
-            .get(LABEL_SLURM_JOBID)
-            .is_some_and(|l| *l != job_id.to_string());
-        ctx.writer
-            .label_in_background(&ctx.metrics.kube_writes, p, job_id, stale);
-    }
+    label_all(ctx, tr, job_id);
     // The watcher reports the allocation; look again anyway after a while.
     Ok(Action::requeue(Duration::from_secs(60)))
 }
@@ -295,29 +288,19 @@ fn wait_for_doubt<S: Slurm>(ctx: &Ctx<S>, tr: &Translation) -> Option<Action> {
     Some(Action::requeue(Duration::from_millis(200)))
 }
 
-/// Labels every pod of the group with the job id (plus finalizer and toleration), in parallel.
-pub(super) async fn label_all<S: Slurm>(
-    ctx: &Ctx<S>,
-    tr: &Translation,
-    job_id: u32,
-) -> Result<(), ReconcileError> {
-    let results = futures::future::join_all(tr.ir.pods.iter().map(|p| {
+/// Labels every pod of the group with `job_id` in the background
+/// ([`crate::k8s::PodWriter::label_in_background`]): a pod labelled already, or whose patch is
+/// queued or in flight, costs nothing, and no pass waits for the API server (nor for
+/// `LABEL_MIN_AGE`). A patch that fails is sent again by the pod's next pass.
+pub(super) fn label_all<S: Slurm>(ctx: &Ctx<S>, tr: &Translation, job_id: u32) {
+    for p in &tr.ir.pods {
         let stale = p
             .labels()
             .get(LABEL_SLURM_JOBID)
             .is_some_and(|l| *l != job_id.to_string());
-        ctx.writer.label(&ctx.metrics.kube_writes, p, job_id, stale)
-    }))
-    .await;
-    for r in results {
-        match r {
-            Ok(()) => {}
-            // A pod deleted meanwhile: its job is corrected on the next pass.
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        ctx.writer
+            .label_in_background(&ctx.metrics.kube_writes, p, job_id, stale);
     }
-    Ok(())
 }
 
 /// The message a permanently rejected group shows (stable, so a waiting pod is not written to

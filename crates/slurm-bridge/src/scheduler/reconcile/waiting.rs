@@ -41,7 +41,7 @@ pub(super) async fn pending<S: Slurm>(
             // volume gone...), or the authors changed what they ask to something their tenant
             // refuses. The job is left as it is (Slurm may still run it where and as it was
             // allowed to) and the pod says why it may wait.
-            label_all(ctx, tr, job.job_id).await?;
+            label_all(ctx, tr, job.job_id);
             let message = format!("{message}; Slurm job {} stays pending", job.job_id);
             report(ctx, pod, why, &message);
             return Ok(Action::requeue(super::submit::retry_after(why)));
@@ -79,7 +79,7 @@ pub(super) async fn pending<S: Slurm>(
             Err(e) => return slurm_failed(ctx, pod, reason::SLURM_SUBMIT_FAILED, e).await,
         }
     }
-    label_all(ctx, tr, job.job_id).await?;
+    label_all(ctx, tr, job.job_id);
     // Shown once Slurm has given a reason (a just-submitted job is usually allocated before).
     match job.state_reason.as_deref().filter(|r| *r != "None") {
         Some(_)
