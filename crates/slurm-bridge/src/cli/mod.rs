@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod controllers;
+mod malloc;
 pub mod node_agent;
 pub mod process;
 pub mod release_finalizers;
@@ -114,6 +115,7 @@ pub fn main() -> ExitCode {
             Command::Translate(args) => return run_translate(&args, &cfg, &origin),
         };
     eprintln!("note: using {origin}");
+    malloc::return_freed_memory();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
