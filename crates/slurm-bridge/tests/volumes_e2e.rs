@@ -341,7 +341,7 @@ async fn a_claim_never_bound_times_out_and_the_pod_is_scheduled_again() {
     // Allocated, the pod waits for the claim (no provisioner answers), showing progress.
     let msg = env.wait_condition("stuck", "WaitingForVolumes", WAIT).await;
     assert!(msg.contains("0/1 claims bound; waiting for stuck"), "{msg}");
-    let first = job_id_of(&env.pods().get("stuck").await.unwrap());
+    let first = env.wait_job_id("stuck").await;
     // After the timeout its job is cancelled and it says why; it is then scheduled again.
     let msg = env
         .wait_condition("stuck", "VolumeBindingFailed", WAIT)

@@ -71,12 +71,23 @@ impl<S: Slurm> Lifecycle<S> {
                     let _ = stop_tx.send(true);
                     let grace = self.opts.shutdown_grace;
                     tracing::info!(?grace, "shutting down: letting the passes in flight finish");
+                    let started = tokio::time::Instant::now();
                     tokio::select! {
                         done = tokio::time::timeout(grace, &mut term) => if done.is_err() {
                             tracing::warn!(?grace, "shutdown grace over: aborting the passes still in flight");
                         },
                         _ = until_leadership(&mut self.leader, false) => {
                             tracing::warn!("leadership lost while shutting down: aborting the passes in flight");
+                        }
+                    }
+                    // The label patches still queued (young ones wait `LABEL_MIN_AGE`) go out
+                    // now, within the rest of the grace, while this replica still leads.
+                    if self.ctx.leader.load(Ordering::SeqCst) && *self.leader.borrow() {
+                        self.ctx.writer.flush_labels();
+                        let rest = grace.saturating_sub(started.elapsed());
+                        tokio::select! {
+                            _ = tokio::time::timeout(rest, self.ctx.writer.background_done()) => {}
+                            _ = until_leadership(&mut self.leader, false) => {}
                         }
                     }
                 }

@@ -33,6 +33,29 @@ impl Env {
         }
     }
 
+    /// The job id a pod is labelled with, once it is: a waiting pod's label follows its submit
+    /// by up to `LABEL_MAX_LAG`. Panics after 30 s.
+    pub async fn wait_job_id(&self, name: &str) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pod = self.pods().get(name).await.unwrap();
+            if let Some(id) = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(slurm_bridge::wellknown::LABEL_SLURM_JOBID))
+            {
+                return id.parse().expect("numeric job id label");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name} has no job id label within 30 s: {}",
+                describe(&pod)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The pod's Events once one with `reason` is among them (the scheduler writes a pod's
     /// condition first, its Event right after); panics after 30 s.
     pub async fn wait_event(&self, pod: &str, reason: &str) -> Vec<(String, String)> {

@@ -69,6 +69,8 @@ pub struct PodWriter {
     label_holds: Arc<tokio::sync::watch::Sender<usize>>,
     /// How long a background label patch waits at least ([`LABEL_MIN_AGE`]).
     label_min_age: std::time::Duration,
+    /// True once the queued label patches go out at once ([`PodWriter::flush_labels`]).
+    flushing: Arc<tokio::sync::watch::Sender<bool>>,
     /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
     label_max_lag: std::time::Duration,
     /// How long a background Event gives way to them ([`EVENT_MAX_LAG`]).
@@ -188,6 +190,7 @@ impl PodWriter {
             urgent: Arc::new(tokio::sync::watch::channel(0).0),
             label_holds: Arc::new(tokio::sync::watch::channel(0).0),
             label_min_age: LABEL_MIN_AGE,
+            flushing: Arc::new(tokio::sync::watch::channel(false).0),
             label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
             reports: Arc::default(),
@@ -389,17 +392,29 @@ impl PodWriter {
         let writer = self.clone();
         self.background.send_modify(|n| *n += 1);
         tokio::spawn(async move {
+            let mut flushing = writer.flushing.subscribe();
             loop {
-                let w = match writer.label_queue.next(tokio::time::Instant::now()) {
+                let mut now = tokio::time::Instant::now();
+                if *flushing.borrow() {
+                    // Every queued patch is old enough.
+                    now += LABEL_MAX_LAG;
+                }
+                let w = match writer.label_queue.next(now) {
                     label_queue::Next::Take(w) => w,
                     label_queue::Next::At(t) => {
-                        tokio::time::sleep_until(t).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(t) => {}
+                            _ = flushing.wait_for(|f| *f) => {}
+                        }
                         continue;
                     }
                     label_queue::Next::Done => break,
                 };
                 let mut holds = writer.label_holds.subscribe();
-                let _ = tokio::time::timeout_at(w.deadline, holds.wait_for(|n| *n == 0)).await;
+                tokio::select! {
+                    _ = tokio::time::timeout_at(w.deadline, holds.wait_for(|n| *n == 0)) => {}
+                    _ = flushing.wait_for(|f| *f) => {}
+                }
                 // None: a bind took it over (the Binding carried the label, or it sent it).
                 let Some(ticket) = writer.label_queue.turn(&w) else {
                     continue;
@@ -413,6 +428,12 @@ impl PodWriter {
             }
             writer.background.send_modify(|n| *n -= 1);
         });
+    }
+
+    /// The queued label patches go out now, neither waiting for their age nor giving way: the
+    /// process is shutting down ([`PodWriter::background_done`] then waits for them).
+    pub fn flush_labels(&self) {
+        self.flushing.send_replace(true);
     }
 
     /// The ticket of the pod's background label patch with `job_id` when it has not gone out

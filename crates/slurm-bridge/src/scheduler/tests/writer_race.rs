@@ -546,3 +546,46 @@ async fn a_background_label_waits_its_minimum_age_and_a_bind_meanwhile_carries_i
     );
     assert_eq!(writes.of(crate::k8s::writes::write_kind::LABEL), 1);
 }
+
+/// On shutdown the queued label patches go out at once ([`crate::k8s::PodWriter::flush_labels`]):
+/// a young one neither waits for its age nor gives way to a Binding in flight. The clock is
+/// paused, and the writes are checked before any of it could pass.
+#[tokio::test(start_paused = true)]
+async fn flushed_labels_go_out_at_once() {
+    let h = Harness::new(
+        World::nodes(&["n1"])
+            .with(pod("a").admitted())
+            .with(pod("held").admitted()),
+    )
+    .await;
+    let writes = &h.ctx.metrics.kube_writes;
+    let gate = h.kube.hold("/pods/held/binding");
+    let held = tokio::spawn({
+        let (writer, writes, p) = (h.ctx.writer.clone(), writes.clone(), h.pod("held"));
+        async move { writer.bind(&writes, &p, "n1").await }
+    });
+    while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let queued = tokio::time::Instant::now();
+    h.ctx
+        .writer
+        .label_in_background(writes, &h.pod("a"), 7, false);
+    h.ctx.writer.flush_labels();
+    // Bounded: without the flush the patch waits for time to pass, which a busy task stops.
+    for _ in 0..10_000 {
+        if writes.of(crate::k8s::writes::write_kind::LABEL) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        writes.of(crate::k8s::writes::write_kind::LABEL),
+        1,
+        "sent at once"
+    );
+    assert_eq!(queued.elapsed(), Duration::ZERO, "sent without waiting");
+    assert_eq!(h.kube.writes_of(&["label "]), ["label ns/a 7"]);
+    gate.add_permits(1);
+    assert!(held.await.unwrap().expect("bind"));
+}
