@@ -243,7 +243,8 @@ async fn lose_state(r: &Running) -> (Vec<Pod>, BTreeMap<String, (bool, Option<St
                 && message.contains(&format!("{PODS} of {PODS} bound pods' jobs are unknown")),
             "{message}"
         );
-        let events = env.event_reasons(&p.name_any()).await;
+        // The Event follows the condition (a background write): waited for, then counted.
+        let events = env.wait_event(&p.name_any(), REASON_HELD).await;
         assert_eq!(
             events.iter().filter(|(r, _)| r == REASON_HELD).count(),
             1,
