@@ -355,12 +355,8 @@ async fn invariant_violations(env: &Env) -> Vec<String> {
             }
             uids = c.uids;
         }
-        // Its pod carries its id, or is one its admin_comment names (a pending pod's label
-        // follows the submit by up to `LABEL_MAX_LAG`).
         let live = pods.iter().any(|p| {
-            !matches!(phase(p), "Succeeded" | "Failed")
-                && (p.labels().get(LABEL_SLURM_JOBID) == Some(&id.to_string())
-                    || p.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
+            !matches!(phase(p), "Succeeded" | "Failed") && e2e::is_pod_of_job(p, *id, &uids)
         });
         if !live {
             out.push(format!("live job {id} without a live pod"));

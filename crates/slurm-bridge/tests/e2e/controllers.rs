@@ -114,15 +114,10 @@ impl Env {
             );
         }
         for id in self.active_job_ids() {
-            // Its pod carries its id, or is one its admin_comment names (a pending pod's label
-            // follows the submit by up to `LABEL_MAX_LAG`).
             let uids = self.job_pod_uids(id).await;
-            let live = pods.iter().any(|p| {
-                !is_terminal(p)
-                    && (p.labels().get(LABEL_SLURM_JOBID).map(String::as_str)
-                        == Some(id.to_string().as_str())
-                        || p.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
-            });
+            let live = pods
+                .iter()
+                .any(|p| !is_terminal(p) && super::is_pod_of_job(p, id, &uids));
             assert!(
                 live,
                 "Slurm job {id} is live without a live pod: {}",

@@ -10,6 +10,13 @@ use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
 use slurm_bridge::workload::admin_comment::AdminComment;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Whether `p` is job `id`'s pod: labelled with its id, or one of the pods (`uids`) its
+/// admin_comment names (a pending pod's label follows the submit by up to `LABEL_MAX_LAG`).
+pub fn is_pod_of_job(p: &k8s_openapi::api::core::v1::Pod, id: u32, uids: &[String]) -> bool {
+    p.labels().get(LABEL_SLURM_JOBID) == Some(&id.to_string())
+        || p.metadata.uid.as_ref().is_some_and(|u| uids.contains(u))
+}
+
 impl Env {
     /// Ids of the external jobs (the bridge's kind) Slurm lists in `states`; batch jobs of
     /// hybrid nodes belong to no pod and are left out.

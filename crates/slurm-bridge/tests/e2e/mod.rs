@@ -23,7 +23,7 @@ pub use figures::percentile;
 #[allow(unused_imports)]
 pub use gated::{Gated, SlurmWrites};
 #[allow(unused_imports)]
-pub use invariants::job_field;
+pub use invariants::{is_pod_of_job, job_field};
 #[allow(unused_imports)]
 pub use objects::{
     allocated, claim_name, describe, is_terminal, job_id_of, node_name_is_set, node_of, pod,

@@ -67,8 +67,6 @@ pub struct PodWriter {
     /// Bindings and submits in flight, which background label patches give way to
     /// ([`LABEL_MAX_LAG`]).
     label_holds: Arc<tokio::sync::watch::Sender<usize>>,
-    /// How long a background label patch waits at least ([`LABEL_MIN_AGE`]).
-    label_min_age: std::time::Duration,
     /// True once the queued label patches go out at once ([`PodWriter::flush_labels`]).
     flushing: Arc<tokio::sync::watch::Sender<bool>>,
     /// How long a background label patch gives way to them ([`LABEL_MAX_LAG`]).
@@ -189,7 +187,6 @@ impl PodWriter {
             event_slots: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_EVENTS)),
             urgent: Arc::new(tokio::sync::watch::channel(0).0),
             label_holds: Arc::new(tokio::sync::watch::channel(0).0),
-            label_min_age: LABEL_MIN_AGE,
             flushing: Arc::new(tokio::sync::watch::channel(false).0),
             label_max_lag: LABEL_MAX_LAG,
             event_max_lag: EVENT_MAX_LAG,
@@ -213,12 +210,6 @@ impl PodWriter {
     /// submits and Bindings have the API server and the CPU.
     pub fn labels_wait(&self) -> Counted<'_> {
         Counted::new(&self.label_holds)
-    }
-
-    /// The writer with background label patches waiting `age` at least (tests).
-    pub fn with_label_min_age(mut self, age: std::time::Duration) -> Self {
-        self.label_min_age = age;
-        self
     }
 
     /// The writer with background label patches giving way for `lag` at most (tests).
@@ -360,7 +351,7 @@ impl PodWriter {
                 // ([`Self::take_queued`]). A burst queues thousands of these: each keeps the
                 // pod's identity and the patch's text, not a copy of the pod and a tree of JSON
                 // values (about 4 KiB), nor a task.
-                let not_before = tokio::time::Instant::now() + self.label_min_age;
+                let not_before = tokio::time::Instant::now() + LABEL_MIN_AGE;
                 let deadline = not_before.max(tokio::time::Instant::now() + self.label_max_lag);
                 let start = self.label_queue.push(
                     pod_key(pod),
@@ -396,8 +387,8 @@ impl PodWriter {
             loop {
                 let mut now = tokio::time::Instant::now();
                 if *flushing.borrow() {
-                    // Every queued patch is old enough.
-                    now += LABEL_MAX_LAG;
+                    // No queued patch's `not_before` is later than this.
+                    now += LABEL_MIN_AGE;
                 }
                 let w = match writer.label_queue.next(now) {
                     label_queue::Next::Take(w) => w,

@@ -203,16 +203,37 @@ async fn binding_held() -> (
     tokio::task::JoinHandle<Result<bool, kube::Error>>,
 ) {
     let h = Harness::new(World::nodes(&["n1", "n2"]).with(pod("a")).with(pod("b"))).await;
+    let (gate, bind) = hold_binding(&h, &h.ctx.writer, "b", "n2").await;
+    (h, gate, bind)
+}
+
+/// The Binding of pod `name` to `node`, posted by `writer` and held by the fake API server
+/// until the returned gate gives a permit; returns once it is in flight, with the bind's
+/// handle.
+async fn hold_binding(
+    h: &Harness,
+    writer: &crate::k8s::PodWriter,
+    name: &str,
+    node: &str,
+) -> (
+    std::sync::Arc<tokio::sync::Semaphore>,
+    tokio::task::JoinHandle<Result<bool, kube::Error>>,
+) {
     let writes = &h.ctx.metrics.kube_writes;
-    let gate = h.kube.hold("/pods/b/binding");
+    let gate = h.kube.hold(&format!("/pods/{name}/binding"));
     let bind = tokio::spawn({
-        let (writer, writes, b) = (h.ctx.writer.clone(), writes.clone(), h.pod("b"));
-        async move { writer.bind(&writes, &b, "n2").await }
+        let (writer, writes, p, node) = (
+            writer.clone(),
+            writes.clone(),
+            h.pod(name),
+            node.to_string(),
+        );
+        async move { writer.bind(&writes, &p, &node).await }
     });
     while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
         tokio::task::yield_now().await;
     }
-    (h, gate, bind)
+    (gate, bind)
 }
 
 /// A Scheduled Event gives way to a Binding in flight (in a burst the API server serves the
@@ -438,14 +459,7 @@ async fn a_queued_label_gives_way_to_bindings_and_its_bind_takes_it_over() {
             .writer
             .clone()
             .with_label_max_lag(Duration::from_secs(3600));
-        let gate = h.kube.hold("/pods/held/binding");
-        let held = tokio::spawn({
-            let (writer, writes, p) = (writer.clone(), writes.clone(), h.pod("held"));
-            async move { writer.bind(&writes, &p, "n2").await }
-        });
-        while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let (gate, held) = hold_binding(&h, &writer, "held", "n2").await;
         let a = h.pod("a");
         writer.label_in_background(writes, &a, 7, false);
         let bound = tokio::time::timeout(Duration::from_secs(60), async {
@@ -559,14 +573,7 @@ async fn flushed_labels_go_out_at_once() {
     )
     .await;
     let writes = &h.ctx.metrics.kube_writes;
-    let gate = h.kube.hold("/pods/held/binding");
-    let held = tokio::spawn({
-        let (writer, writes, p) = (h.ctx.writer.clone(), writes.clone(), h.pod("held"));
-        async move { writer.bind(&writes, &p, "n1").await }
-    });
-    while writes.of(crate::k8s::writes::write_kind::BINDING) == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (gate, held) = hold_binding(&h, &h.ctx.writer, "held", "n1").await;
     let queued = tokio::time::Instant::now();
     h.ctx
         .writer
