@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 
 /// Path prefix of every endpoint of data parser v0.0.44.
 pub const API_PREFIX: &str = "/slurm/v0.0.44";
+
+/// slurmrestd's answer to a conditional GET (`update_time`) when nothing changed.
+const NOT_MODIFIED: u16 = 304;
 /// Header carrying the JWT.
 pub const TOKEN_HEADER: &str = "X-SLURM-USER-TOKEN";
 /// Header carrying the user name (optional with JWTs that name the user).
@@ -341,7 +344,8 @@ impl Client {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "slurmrestd call"
         );
-        if (200..300).contains(&status) {
+        // 304: a conditional GET (update_time) whose data did not change; the caller checks it.
+        if (200..300).contains(&status) || status == NOT_MODIFIED {
             Ok((status, bytes))
         } else {
             Err(Error::from_response(&ctx, status, &bytes))
@@ -555,6 +559,27 @@ impl Client {
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let (_, r): (_, NodesResponse) = self.get(&format!("{API_PREFIX}/nodes/")).await?;
         Ok(r.nodes)
+    }
+
+    /// GET /nodes/?update_time=T: every node, or [`NodeListing::Unchanged`] when none changed
+    /// since T (a previous answer's `last_update`). slurmctld counts any change, an allocation
+    /// included, so this saves the listing (about 2.5 KB and 0.12 ms of slurmrestd CPU a node)
+    /// only while the cluster is quiet.
+    pub async fn nodes_since(&self, update_time: Option<u64>) -> Result<NodeListing, Error> {
+        let path = match update_time {
+            Some(t) => format!("{API_PREFIX}/nodes/?update_time={t}"),
+            None => format!("{API_PREFIX}/nodes/"),
+        };
+        let (status, bytes) = self.send(Method::GET, &path, None, Idempotent::Yes).await?;
+        if status == NOT_MODIFIED {
+            return Ok(NodeListing::Unchanged);
+        }
+        let r: NodesResponse = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::decode(&format!("GET {path}"), status, e))?;
+        Ok(NodeListing::Nodes {
+            nodes: r.nodes,
+            last_update: r.last_update.get(),
+        })
     }
 
     /// GET /node/{name}. An unknown node is [`crate::ErrorKind::NotFound`].

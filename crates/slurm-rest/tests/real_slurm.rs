@@ -234,6 +234,48 @@ async fn pending_job_update_signal_and_cancel() {
     wait_for(&c, id, "CANCELLED", |j| j.has_state(&JobState::Cancelled)).await;
 }
 
+/// GET /nodes/?update_time=T answers 304 (`Unchanged`) while no node changed since T, and the
+/// whole listing again once one did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_node_listing_is_unchanged_until_a_node_changes() {
+    let inst = start(2);
+    let c = client(&inst);
+    let listed = |l: NodeListing| match l {
+        NodeListing::Nodes { nodes, last_update } => (nodes, last_update),
+        NodeListing::Unchanged => panic!("an unconditional listing answered Unchanged"),
+    };
+    let (nodes, mut since) = listed(c.nodes_since(None).await.unwrap());
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    // slurmctld answers in whole seconds: a change within the second of `since` (the start's
+    // own node updates) still lists; it settles once a second passes without one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = since.expect("a listing carries its last_update");
+        match c.nodes_since(Some(t)).await.unwrap() {
+            NodeListing::Unchanged => break,
+            NodeListing::Nodes { last_update, .. } => since = last_update,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the listing never settled at {since:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let name = &nodes[0].name;
+    c.update_node(
+        name,
+        &UpdateNodeMsg::state(NodeState::Drain, Some("rt conditional".into())),
+    )
+    .await
+    .unwrap();
+    let (nodes, _) = listed(c.nodes_since(since).await.unwrap());
+    let n = nodes
+        .iter()
+        .find(|n| &n.name == name)
+        .expect("the drained node is listed");
+    assert!(n.has_state(&NodeState::Drain), "{:?}", n.state);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_lifecycle_partitions_and_reservations() {
     let inst = start(0);

@@ -4,6 +4,8 @@
 //! pending; then, one after the other: `GET /jobs/state/`, `GET /job/{id}` for every job at 16
 //! in flight (the watcher's first listing since issue 22), then at 4 and at 64, and the one
 //! `GET /jobs/` it made before (no client timeout, no retries); each with slurmrestd's RSS after.
+//! First, before any job: what the node cache's listing costs, whole (`GET /nodes/`) and when
+//! no node changed since the last one (`?update_time=`, slurmrestd's 304).
 
 use crate::args::Args;
 use crate::env::start_slurm;
@@ -25,6 +27,7 @@ pub(crate) async fn listing(a: &Args) {
         .build()
         .unwrap();
     let port = slurm.rest_url().rsplit(':').next().unwrap().to_string();
+    node_listings(&rest, nodes).await;
     let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -81,6 +84,47 @@ pub(crate) async fn listing(a: &Args) {
     tokio::task::spawn_blocking(move || drop(slurm))
         .await
         .unwrap();
+}
+
+/// `GET /nodes/` whole, then conditional (`?update_time=`) once the nodes are quiet: seconds and
+/// slurmctld + slurmrestd CPU seconds per request, 10 requests each.
+async fn node_listings(rest: &slurm_rest::Client, nodes: u32) {
+    use slurm_rest::models::NodeListing;
+    const TIMES: u32 = 10;
+    let cpu = crate::metrics::cpu_by_daemon;
+    let (before, t) = (cpu(), Instant::now());
+    let mut since = None;
+    for _ in 0..TIMES {
+        if let NodeListing::Nodes { last_update, .. } = rest.nodes_since(None).await.unwrap() {
+            since = last_update;
+        }
+    }
+    let (whole, whole_cpu) = (t.elapsed(), crate::metrics::cpu_total(&before, &cpu()));
+    // Quiet: a node change within the second of `since` lists again (slurmctld's seconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let NodeListing::Nodes { last_update, .. } = rest.nodes_since(since).await.unwrap() {
+        since = last_update;
+        assert!(Instant::now() < deadline, "the nodes never went quiet");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (before, t) = (cpu(), Instant::now());
+    for _ in 0..TIMES {
+        let l = rest.nodes_since(since).await.unwrap();
+        assert_eq!(l, NodeListing::Unchanged, "no node changed since {since:?}");
+    }
+    let (unchanged, unchanged_cpu) = (t.elapsed(), crate::metrics::cpu_total(&before, &cpu()));
+    let per = |d: Duration, c: f64| {
+        format!(
+            "{:.1} ms, {:.1} ms of CPU",
+            d.as_secs_f64() * 1000.0 / f64::from(TIMES),
+            c * 1000.0 / f64::from(TIMES)
+        )
+    };
+    report!(
+        "GET /nodes/ of {nodes} nodes: whole {} (slurmctld + slurmrestd, each); unchanged since the last (304) {}",
+        per(whole, whole_cpu),
+        per(unchanged, unchanged_cpu)
+    );
 }
 
 /// The resident memory of the slurmrestd serving `port` (MiB; 0 when not found).

@@ -5,7 +5,7 @@
 
 use super::{JobControl, NodeControl, SlurmJobs, SlurmNodes};
 use crate::leader::Fence;
-use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node, UpdateNodeMsg};
+use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node, NodeListing, UpdateNodeMsg};
 
 /// `inner` with its writes fenced; wrap the client closest to the wire (inside
 /// [`super::Instrumented`]), so the check is the last step before the request.
@@ -71,6 +71,9 @@ impl<S: SlurmJobs> SlurmJobs for Fenced<S> {
 impl<S: SlurmNodes> SlurmNodes for Fenced<S> {
     async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
         self.inner.list_nodes().await
+    }
+    async fn list_nodes_since(&self, since: Option<u64>) -> Result<NodeListing, slurm_rest::Error> {
+        self.inner.list_nodes_since(since).await
     }
 }
 

@@ -8,8 +8,8 @@
 //! features, topology), so an admin's drain reaches the controller within one interval.
 
 use super::SlurmNodes;
-use crate::sync::{RwLockExt, Subscribers};
-use slurm_rest::models::Node;
+use crate::sync::{MutexExt, RwLockExt, Subscribers};
+use slurm_rest::models::{Node, NodeListing};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -35,6 +35,9 @@ pub struct SlurmNodeCache<S> {
     synced: watch::Sender<bool>,
     /// Moves when a node appears, goes, or changes its configuration ([`Self::config_generation`]).
     config_generation: std::sync::atomic::AtomicU64,
+    /// The last listing's `last_update`: the next one asks Slurm for the nodes only if one
+    /// changed since (a quiet cluster's 5,000 nodes cost slurmrestd 0.6 CPU s a listing).
+    since: std::sync::Mutex<Option<u64>>,
 }
 
 /// What a node is configured with: what a job description can ask for. A change may make a job
@@ -95,6 +98,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
             subscribers: Subscribers::default(),
             synced: watch::channel(false).0,
             config_generation: Default::default(),
+            since: Default::default(),
         })
     }
 
@@ -140,9 +144,17 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    /// Lists the nodes now; the generation moves on only when the names changed.
+    /// Lists the nodes now (or learns that none changed since the last listing); the generation
+    /// moves on only when the names changed.
     pub async fn refresh(&self) -> Result<Arc<BTreeSet<String>>, slurm_rest::Error> {
-        let nodes = self.source.list_nodes().await?;
+        let since = *self.since.locked();
+        let (nodes, last_update) = match self.source.list_nodes_since(since).await? {
+            NodeListing::Unchanged => {
+                self.synced.send_replace(true);
+                return Ok(self.snapshot().names);
+            }
+            NodeListing::Nodes { nodes, last_update } => (nodes, last_update),
+        };
         let by_name: BTreeMap<String, Node> = nodes
             .into_iter()
             .filter(|n| !n.name.is_empty())
@@ -151,6 +163,7 @@ impl<S: SlurmNodes> SlurmNodeCache<S> {
         let names: BTreeSet<String> = by_name.keys().cloned().collect();
         self.replace_nodes(by_name);
         let names = self.replace(names);
+        *self.since.locked() = last_update;
         self.synced.send_replace(true);
         Ok(names)
     }
@@ -247,6 +260,72 @@ mod tests {
         let changed = cache.snapshot();
         assert_eq!(changed.generation, first.generation + 1);
         assert!(changed.names.contains("n3"));
+    }
+
+    /// A table that answers conditional listings as slurmctld does: `Unchanged` when asked
+    /// since its current stamp, which every change moves on.
+    #[derive(Default)]
+    struct Stamped {
+        names: Mutex<(Vec<&'static str>, u64)>,
+        asked: Mutex<Vec<Option<u64>>>,
+    }
+
+    impl SlurmNodes for Stamped {
+        async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
+            unreachable!("the cache lists conditionally")
+        }
+        async fn list_nodes_since(
+            &self,
+            since: Option<u64>,
+        ) -> Result<NodeListing, slurm_rest::Error> {
+            self.asked.lock().unwrap().push(since);
+            let (names, stamp) = self.names.lock().unwrap().clone();
+            if since == Some(stamp) {
+                return Ok(NodeListing::Unchanged);
+            }
+            Ok(NodeListing::Nodes {
+                nodes: names
+                    .iter()
+                    .map(|n| Node {
+                        name: n.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                last_update: Some(stamp),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_answer_keeps_the_last_listing() {
+        let table = Arc::new(Stamped::default());
+        *table.names.lock().unwrap() = (vec!["n1", "n2"], 100);
+        let cache = SlurmNodeCache::new(table.clone(), Duration::from_secs(10));
+        let mut rx = cache.subscribe_changes();
+        cache.refresh().await.unwrap();
+        assert!(rx.try_recv().is_ok(), "the first listing reports its nodes");
+        let first = cache.snapshot();
+
+        let names = cache.refresh().await.unwrap();
+        assert_eq!(*names, first.names.as_ref().clone());
+        assert_eq!(cache.snapshot().generation, first.generation);
+        assert_eq!(cache.nodes().len(), 2, "the nodes stay as last listed");
+        assert!(
+            rx.try_recv().is_err(),
+            "an unchanged answer reports nothing"
+        );
+
+        *table.names.lock().unwrap() = (vec!["n1", "n3"], 107);
+        cache.refresh().await.unwrap();
+        assert!(cache.snapshot().names.contains("n3"));
+        assert_eq!(*rx.try_recv().unwrap(), ["n2", "n3"]);
+        assert_eq!(
+            *table.asked.lock().unwrap(),
+            [None, Some(100), Some(100)],
+            "each listing asks since the last whole listing's stamp"
+        );
+        cache.refresh().await.unwrap();
+        assert_eq!(table.asked.lock().unwrap().last(), Some(&Some(107)));
     }
 
     /// Nodes with a state and a reason standing in for slurmctld.

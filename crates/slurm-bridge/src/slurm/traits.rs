@@ -4,7 +4,7 @@
 //! cancel), [`NodeControl`] (the node controller's node I/O). `slurm_rest::Client` implements
 //! them all; [`Slurm`] is what the scheduler and the pod controller need.
 
-use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node, UpdateNodeMsg};
+use slurm_rest::models::{JobDescMsg, JobInfo, JobStateEntry, Node, NodeListing, UpdateNodeMsg};
 use std::future::Future;
 
 /// Everything Slurm the scheduler and the pod controller need.
@@ -52,6 +52,21 @@ pub trait SlurmJobs: Send + Sync + 'static {
 pub trait SlurmNodes: Send + Sync + 'static {
     /// Every node.
     fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>, slurm_rest::Error>> + Send;
+
+    /// Every node, or [`NodeListing::Unchanged`] when none changed since `since` (a previous
+    /// listing's `last_update`). Sources without conditional listings list every time.
+    fn list_nodes_since(
+        &self,
+        since: Option<u64>,
+    ) -> impl Future<Output = Result<NodeListing, slurm_rest::Error>> + Send {
+        let _ = since;
+        async {
+            Ok(NodeListing::Nodes {
+                nodes: self.list_nodes().await?,
+                last_update: None,
+            })
+        }
+    }
 }
 
 impl SlurmJobs for slurm_rest::Client {
@@ -89,6 +104,10 @@ impl SlurmJobs for slurm_rest::Client {
 impl SlurmNodes for slurm_rest::Client {
     async fn list_nodes(&self) -> Result<Vec<Node>, slurm_rest::Error> {
         self.nodes().await
+    }
+
+    async fn list_nodes_since(&self, since: Option<u64>) -> Result<NodeListing, slurm_rest::Error> {
+        self.nodes_since(since).await
     }
 }
 

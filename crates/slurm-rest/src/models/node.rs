@@ -79,6 +79,18 @@ impl Node {
     }
 }
 
+/// What GET /nodes/?update_time=T answered ([`crate::Client::nodes_since`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeListing {
+    /// No node changed since T (slurmrestd's 304): keep the previous listing.
+    Unchanged,
+    /// Every node, and the time to ask about next (`last_update`, Unix seconds).
+    Nodes {
+        nodes: Vec<Node>,
+        last_update: Option<u64>,
+    },
+}
+
 /// Response of GET /nodes/ and GET /node/{name}.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
