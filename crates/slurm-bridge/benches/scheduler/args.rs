@@ -29,6 +29,8 @@ pub(crate) struct Args {
     pub(crate) qps: f64,
     pub(crate) burst: u32,
     pub(crate) poll: String,
+    /// The scheduler's `--slurm-node-poll-interval` (its default when unset).
+    pub(crate) node_poll: Option<String>,
     /// The scheduler's `--slurm-requests-in-flight` (its default when unset).
     pub(crate) slurm_in_flight: Option<u32>,
     pub(crate) skip_raw: bool,
@@ -45,7 +47,7 @@ pub(crate) struct Args {
 }
 
 /// What the command line accepts, for the error of a bad one.
-pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --slurm-in-flight N, --skip-raw, --first-run-only (scale), --bare-pods, --runs N (burst), --kube-scheduler-beside (burst)";
+pub(crate) const USAGE: &str = "use --mode burst|arrival|backlog|scale|listing|all, --pods N, --nodes N, --backlog J, --sched-params K=V[,K=V], --rate R, --seconds S, --workers W, --kube-api-qps Q, --kube-api-burst B, --poll DURATION, --node-poll DURATION, --slurm-in-flight N, --skip-raw, --first-run-only (scale), --bare-pods, --runs N (burst), --kube-scheduler-beside (burst)";
 
 /// Parses the command line (`cargo bench` adds `--bench`); panics naming a bad flag.
 pub(crate) fn args() -> Args {
@@ -61,6 +63,7 @@ pub(crate) fn args() -> Args {
         qps: 1000.0,
         burst: 2000,
         poll: "1s".into(),
+        node_poll: None,
         slurm_in_flight: None,
         skip_raw: false,
         first_run_only: false,
@@ -96,6 +99,7 @@ pub(crate) fn args() -> Args {
             "--kube-api-qps" => a.qps = num("--kube-api-qps", it.next()),
             "--kube-api-burst" => a.burst = num("--kube-api-burst", it.next()),
             "--poll" => a.poll = it.next().expect("--poll DURATION"),
+            "--node-poll" => a.node_poll = Some(it.next().expect("--node-poll DURATION")),
             "--slurm-in-flight" => a.slurm_in_flight = Some(num("--slurm-in-flight", it.next())),
             "--skip-raw" => a.skip_raw = true,
             "--first-run-only" => a.first_run_only = true,

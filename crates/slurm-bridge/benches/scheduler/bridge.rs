@@ -101,6 +101,11 @@ pub(crate) fn spawn_bridge(
             a.slurm_in_flight
                 .map(|n| format!("--slurm-requests-in-flight={n}")),
         )
+        .args(
+            a.node_poll
+                .as_ref()
+                .map(|d| format!("--slurm-node-poll-interval={d}")),
+        )
         .arg(format!("--kube-api-qps={}", a.qps))
         .arg(format!("--kube-api-burst={}", a.burst))
         .arg("--config")

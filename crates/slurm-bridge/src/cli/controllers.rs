@@ -46,12 +46,7 @@ fn parse_share(s: &str) -> Result<f64, String> {
 
 impl ControllerFlags {
     /// The options these flags give, with the process-wide settings.
-    pub fn options(
-        &self,
-        cfg: Config,
-        slurm_poll_interval: Duration,
-        shutdown_grace: Duration,
-    ) -> ControllersOptions {
+    pub fn options(&self, cfg: Config, process: &process::ProcessFlags) -> ControllersOptions {
         let mut opts = ControllersOptions::new(cfg);
         opts.pod_workers = self.pod_workers;
         opts.node_workers = self.node_workers;
@@ -59,8 +54,9 @@ impl ControllerFlags {
         opts.resync = self.resync;
         opts.state_loss.min_pods = self.state_loss_min_pods;
         opts.state_loss.min_share = self.state_loss_min_share;
-        opts.job_poll_interval = slurm_poll_interval;
-        opts.shutdown_grace = shutdown_grace;
+        opts.job_poll_interval = process.slurm_poll_interval;
+        opts.node_poll_interval = process.slurm_node_poll_interval;
+        opts.shutdown_grace = process.shutdown_grace;
         opts
     }
 }
@@ -79,9 +75,7 @@ pub async fn run(cfg: Config, args: ControllersArgs) -> anyhow::Result<()> {
     let p = &args.process;
     let started = process::start(&cfg, p).await?;
     let lease = p.lease(format!("{}-controllers", cfg.scheduler_name));
-    let opts = args
-        .controllers
-        .options(cfg, p.slurm_poll_interval, p.shutdown_grace);
+    let opts = args.controllers.options(cfg, p);
     process::serve_alone(
         "controllers",
         started.client,
@@ -107,31 +101,39 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         flags: ControllerFlags,
+        #[command(flatten)]
+        process: process::ProcessFlags,
+    }
+
+    fn options(args: &[&str]) -> ControllersOptions {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
+        cli.flags.options(Config::default(), &cli.process)
     }
 
     #[test]
     fn state_loss_flags() {
-        let cli = Cli::try_parse_from(["x"]).unwrap();
-        let opts = cli.flags.options(
-            Config::default(),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        );
+        let opts = options(&[]);
         assert_eq!(opts.state_loss.min_pods, 3);
         assert_eq!(opts.state_loss.min_share, 0.5);
-        let cli = Cli::try_parse_from([
-            "x",
-            "--state-loss-min-pods=0",
-            "--state-loss-min-share=0.25",
-        ])
-        .unwrap();
-        let opts = cli.flags.options(
-            Config::default(),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        );
+        let opts = options(&["--state-loss-min-pods=0", "--state-loss-min-share=0.25"]);
         assert_eq!(opts.state_loss.min_pods, 0);
         assert_eq!(opts.state_loss.min_share, 0.25);
         assert!(Cli::try_parse_from(["x", "--state-loss-min-share=1.5"]).is_err());
+    }
+
+    #[test]
+    fn the_process_flags_set_the_polls() {
+        let opts = options(&[]);
+        assert_eq!(opts.job_poll_interval, Duration::from_secs(1));
+        assert_eq!(opts.node_poll_interval, Duration::from_secs(10));
+        assert_eq!(opts.shutdown_grace, Duration::from_secs(10));
+        let opts = options(&[
+            "--slurm-poll-interval=500ms",
+            "--slurm-node-poll-interval=30s",
+            "--shutdown-grace=3s",
+        ]);
+        assert_eq!(opts.job_poll_interval, Duration::from_millis(500));
+        assert_eq!(opts.node_poll_interval, Duration::from_secs(30));
+        assert_eq!(opts.shutdown_grace, Duration::from_secs(3));
     }
 }

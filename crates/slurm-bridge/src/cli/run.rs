@@ -39,9 +39,7 @@ pub async fn run(cfg: Config, args: RunArgs) -> anyhow::Result<()> {
         .webhook
         .enabled()
         .then(|| args.webhook.options(cfg.clone()));
-    let mut ctrl_opts = args
-        .controllers
-        .options(cfg, s.slurm_poll_interval, s.shutdown_grace);
+    let mut ctrl_opts = args.controllers.options(cfg, s);
     // The scheduler in this process sweeps; the controllers do not do it a second time.
     ctrl_opts.sweep_interval = None;
 

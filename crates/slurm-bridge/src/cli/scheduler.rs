@@ -40,6 +40,7 @@ impl SchedulerArgs {
     pub fn apply(&self, opts: &mut SchedulerOptions) {
         let p = &self.process;
         opts.job_poll_interval = p.slurm_poll_interval;
+        opts.node_poll_interval = p.slurm_node_poll_interval;
         opts.concurrency = self.workers;
         opts.shutdown_grace = p.shutdown_grace;
         opts.volume_bind_timeout = self.volume_bind_timeout;
@@ -99,4 +100,37 @@ pub async fn serve<S: Slurm>(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SchedulerArgs,
+    }
+
+    #[test]
+    fn the_flags_reach_the_options() {
+        let apply = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
+            let mut opts = SchedulerOptions::new(Config::default());
+            cli.args.apply(&mut opts);
+            opts
+        };
+        let opts = apply(&[]);
+        assert_eq!(opts.node_poll_interval, Duration::from_secs(10));
+        assert_eq!(opts.slurm_requests_in_flight, 16);
+        let opts = apply(&[
+            "--slurm-node-poll-interval=1m",
+            "--slurm-requests-in-flight=4",
+        ]);
+        assert_eq!(opts.node_poll_interval, Duration::from_secs(60));
+        assert_eq!(opts.slurm_requests_in_flight, 4);
+    }
 }
