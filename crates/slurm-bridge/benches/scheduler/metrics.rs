@@ -255,6 +255,34 @@ fn cpu_deltas(before: &CpuSnapshot, after: &CpuSnapshot) -> Vec<(&'static str, f
         .collect()
 }
 
+/// Each daemon's CPU seconds per second while nothing is asked of it (Leases, node status,
+/// slurmctld's own timers), over `window`.
+pub(crate) async fn idle_rates(window: std::time::Duration) -> Vec<(&'static str, f64)> {
+    let before = cpu_by_daemon();
+    tokio::time::sleep(window).await;
+    cpu_deltas(&before, &cpu_by_daemon())
+        .into_iter()
+        .map(|(d, c)| (d, c / window.as_secs_f64()))
+        .collect()
+}
+
+/// CPU seconds between two snapshots beyond what each daemon spends idle over `wall`
+/// ([`idle_rates`]): the work done for the line, not the time it lasted.
+pub(crate) fn cpu_beyond_idle(
+    before: &CpuSnapshot,
+    after: &CpuSnapshot,
+    wall: std::time::Duration,
+    idle: &[(&'static str, f64)],
+) -> f64 {
+    cpu_deltas(before, after)
+        .into_iter()
+        .map(|(d, c)| {
+            let rate = idle.iter().find(|(n, _)| *n == d).map_or(0.0, |x| x.1);
+            (c - rate * wall.as_secs_f64()).max(0.0)
+        })
+        .sum()
+}
+
 /// CPU seconds of the bench's daemons between `before` and `after`.
 pub(crate) fn cpu_total(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
     cpu_deltas(before, after).iter().map(|(_, c)| c).sum()
