@@ -38,16 +38,19 @@ pub(crate) async fn kube_scheduler_burst(
 
 /// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,
 /// `workers` Bindings in flight, pod i to node i mod nodes. Returns the time to the last
-/// Binding and the time until the node agent reported every pod Running.
+/// Binding, the time until the node agent reported every pod Running, and the daemons' CPU
+/// seconds from the first Binding until then (the pods' creation left out, as in the other
+/// lines).
 pub(crate) async fn bind_floor(
     kube: &kube_testenv::Instance,
     n: u32,
     nodes: u32,
     workers: u32,
-) -> (Duration, Duration) {
+) -> (Duration, Duration, crate::metrics::CpuSpan) {
     let pods = namespace(kube, "bind-floor").await;
     create_pods(&pods, "floor", n, "nobody").await;
     let running = watch_running(&pods, n as usize);
+    let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
@@ -81,5 +84,10 @@ pub(crate) async fn bind_floor(
         .await;
     let bound = started.elapsed();
     running.await.unwrap();
-    (bound, started.elapsed())
+    let settled = started.elapsed();
+    (
+        bound,
+        settled,
+        (cpu_before, crate::metrics::cpu_by_daemon()),
+    )
 }
