@@ -344,7 +344,8 @@ impl Client {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "slurmrestd call"
         );
-        // 304: a conditional GET (update_time) whose data did not change; the caller checks it.
+        // 304: a conditional GET (update_time) whose data did not change; `call` turns it back
+        // into an error for every request but the one that asked conditionally.
         if (200..300).contains(&status) || status == NOT_MODIFIED {
             Ok((status, bytes))
         } else {
@@ -382,6 +383,14 @@ impl Client {
         idempotent: Idempotent,
     ) -> Result<(u16, T), Error> {
         let (status, bytes) = self.send(method.clone(), path, body, idempotent).await?;
+        if status == NOT_MODIFIED {
+            // Only [`Client::nodes_since`] asks conditionally; anywhere else it is an error.
+            return Err(Error::from_response(
+                &format!("{method} {path}"),
+                status,
+                &bytes,
+            ));
+        }
         let value = serde_json::from_slice(&bytes)
             .map_err(|e| Error::decode(&format!("{method} {path}"), status, e))?;
         Ok((status, value))

@@ -223,3 +223,27 @@ async fn https_base_url_with_a_custom_root() {
     let e = default_roots.ping().await.unwrap_err();
     assert!(e.to_string().contains("cannot reach slurmrestd"), "{e}");
 }
+
+/// A 304 is an answer only to the request that asked conditionally (`nodes_since`); to any
+/// other it stays the error it was.
+#[tokio::test]
+async fn a_304_is_unchanged_only_where_asked_for() {
+    let m = mock(vec![reply(304, ""), reply(304, "")]).await;
+    let client = Client::builder(&m.url)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    assert_eq!(
+        client.nodes_since(Some(7)).await.unwrap(),
+        slurm_rest::models::NodeListing::Unchanged
+    );
+    let e = client.nodes().await.unwrap_err();
+    assert_eq!(e.http_status(), Some(304), "{e}");
+    assert!(
+        e.to_string().contains("(HTTP 304)"),
+        "the answer, not a decode error: {e}"
+    );
+    let seen = m.seen.lock().unwrap().clone();
+    assert_eq!(seen[0].uri, "/slurm/v0.0.44/nodes/?update_time=7");
+    assert_eq!(seen[1].uri, "/slurm/v0.0.44/nodes/");
+}

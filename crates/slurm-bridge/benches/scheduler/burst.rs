@@ -197,9 +197,9 @@ async fn burst(a: &Args) -> Figures {
         );
         // Raw Slurm's line runs without Kubernetes and the floor's is short: a longer line
         // pays more of the control plane's idle use (0.3-0.4 CPU s a second at 5,000 nodes).
-        let beyond = |span: &crate::metrics::CpuSpan, wall| cpu_beyond_idle(&span.0, &span.1, wall, &idle);
-        let sum_work = beyond(&raw_span, r) + beyond(&floor_span, floor_settled);
-        let bridge_work = beyond(&(cpu_before.clone(), cpu_settled.clone()), settled);
+        let sum_work = cpu_beyond_idle(&raw_span.0, &raw_span.1, r, &idle)
+            + cpu_beyond_idle(&floor_span.0, &floor_span.1, floor_settled, &idle);
+        let bridge_work = cpu_beyond_idle(&cpu_before, &cpu_settled, settled, &idle);
         report!(
             "  beyond each daemon's idle use over its line: references {:.1} CPU s, bridge {:.1}: bridge / sum = {:.2}",
             sum_work,
