@@ -39,7 +39,20 @@ echo "==> the chart's Grafana dashboard against Grafana's schema (@grafana/schem
 ./hack/check-dashboard.sh
 
 echo "==> cargo test --workspace"
-cargo test --workspace --no-fail-fast
+# The whole output goes to a log too; on a failure each failing test's panic is printed again at
+# the end, where a CI excerpt (its head and tail) shows it rather than burying it mid-output.
+log=target/cargo-test.log
+mkdir -p target
+status=0
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+if [ "$status" != 0 ]; then
+  echo "==> failure digest: each failing test's panic (the whole output is in $log)"
+  awk '/^---- .* stdout ----$/ { print; next }
+       /panicked at/ { n = 80 }
+       n > 0 { print; n--; if ($0 ~ /^note: run with/) n = 0 }' "$log"
+  grep -E "^test .* FAILED$|^error: .*target.* failed" "$log" || true
+  exit "$status"
+fi
 
 echo "==> the benchmark's smoke: every mode at 100 pods (prints figures, asserts only that every pod was bound)"
 cargo test -p slurm-bridge --bench scheduler -- --mode all --pods 100
