@@ -245,20 +245,17 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
     // The driver is back (before the kubelet wipes its slice): the kubelet has it prepare the
     // claim (its CDI spec), and the container starts, seeing the spec's environment. The
     // kubelet 1.36 does not retry a pod whose claims failed to prepare on its own backoff: it
-    // waits for the pod's next periodic sync (`syncFrequency`, 1 minute), hence the longer wait.
+    // waits for the pod's next periodic sync (`syncFrequency` plus up to half of it in jitter;
+    // kube-testenv's kubelets sync every 10 s, the default is 1 minute).
     let driver = start_driver(&env).await;
     let back = Instant::now();
     let restarted = stopped.elapsed();
     let uid = claim.metadata.uid.clone().unwrap();
     let spec = driver.cdi_spec(&uid, "gpu");
-    let out = wait_some(
-        "the pod's output",
-        WAIT + Duration::from_secs(60),
-        async || {
-            let l = logs(&env, "dra-test").await;
-            l.contains("devices-seen").then_some(l)
-        },
-    )
+    let out = wait_some("the pod's output", WAIT, async || {
+        let l = logs(&env, "dra-test").await;
+        l.contains("devices-seen").then_some(l)
+    })
     .await;
     let running = created.elapsed();
     let after_back = back.elapsed();
