@@ -7,10 +7,10 @@ use crate::bridge::{profile, settled_metrics, spawn_scheduler};
 use crate::env::{
     control_plane, create_pods, last, namespace, start_slurm, temp_dir, watch_bound, watch_running,
 };
-use crate::kube_line::{bind_floor, kube_scheduler_burst};
+use crate::kube_line::{bind_floor, kube_scheduler_burst, scheduled_events};
 use crate::metrics::{
     apiserver_requests, apiserver_requests_by_kind, cpu_beyond_idle, cpu_by_daemon, cpu_total,
-    idle_rates, print_apiserver_requests, print_cpu, print_per_pod, vm_hwm_kib,
+    idle_rates, print_apiserver_requests, print_cpu, print_per_pod, slurm_cpu, vm_hwm_kib,
 };
 use crate::raw::raw_burst;
 use std::process::Command;
@@ -24,6 +24,12 @@ pub(crate) struct Figures {
     /// Raw Slurm's line plus the bind floor's, and the bridge's over it (time, CPU seconds,
     /// CPU seconds beyond each daemon's idle use over its line); `None` without the raw line.
     over_sum: Option<(f64, f64, f64)>,
+    /// The bridge's CPU seconds over the sum with kube-scheduler's Events added (for
+    /// information: the targets' sum has the floor's Bindings only).
+    over_sum_with_events: Option<f64>,
+    /// slurmctld's and slurmrestd's CPU seconds per pod in the bridge's line over theirs per
+    /// job in raw Slurm's (target 1.2).
+    slurm_over_raw: Option<f64>,
 }
 
 /// How long the daemons' idle use is measured before the bridge's line.
@@ -63,6 +69,12 @@ pub(crate) async fn bursts(a: &Args) {
             median(&|f| f.over_sum.map_or(0.0, |s| s.1)),
             median(&|f| f.over_sum.map_or(0.0, |s| s.2)),
         );
+        report!(
+            "median of {} runs: bridge / (raw Slurm + bind floor + Scheduled Events) = {:.2} in CPU seconds; Slurm's CPU per pod in the bridge's line / per job in raw Slurm's = {:.2} (target 1.2)",
+            runs.len(),
+            median(&|f| f.over_sum_with_events.unwrap_or(0.0)),
+            median(&|f| f.slurm_over_raw.unwrap_or(0.0)),
+        );
     }
 }
 
@@ -96,6 +108,14 @@ async fn burst(a: &Args) -> Figures {
     );
     print_cpu(&floor_span.0, &floor_span.1);
     let floor_cpu = cpu_total(&floor_span.0, &floor_span.1);
+    let (events, events_span) = scheduled_events(&kube, a.workers).await;
+    report!(
+        "Scheduled Events: {n} posted by the bench ({} in flight) in {:.2} s, kube-scheduler's and the bridge's other write per pod (not in the targets' sum)",
+        a.workers,
+        events.as_secs_f64()
+    );
+    print_cpu(&events_span.0, &events_span.1);
+    let events_cpu = cpu_total(&events_span.0, &events_span.1);
     let (ks, ks_cpu) = kube_scheduler_burst(&mut kube, n).await;
     report!(
         "kube-scheduler: {n} waiting pods -> all bound in {:.2} s (--kube-api-qps={} --kube-api-burst={})",
@@ -183,6 +203,19 @@ async fn burst(a: &Args) -> Figures {
         cpu_total(&cpu_before, &cpu_after)
     );
     // The fair bound on a machine whose cores run Slurm and the API server both: their sum.
+    let slurm_over_raw = raw.as_ref().map(|(_, raw_span)| {
+        let (bridge_slurm, raw_slurm) = (
+            slurm_cpu(&cpu_before, &cpu_settled),
+            slurm_cpu(&raw_span.0, &raw_span.1),
+        );
+        report!(
+            "  Slurm's CPU (slurmctld + slurmrestd): bridge's line {:.1} s, raw Slurm's {:.1} s for as many jobs: {:.2} x (target 1.2)",
+            bridge_slurm,
+            raw_slurm,
+            bridge_slurm / raw_slurm
+        );
+        bridge_slurm / raw_slurm
+    });
     let over_sum = raw.map(|(r, raw_span)| {
         let raw_cpu = cpu_total(&raw_span.0, &raw_span.1);
         let (sum, sum_cpu) = (r + floor, raw_cpu + floor_cpu);
@@ -206,10 +239,16 @@ async fn burst(a: &Args) -> Figures {
             bridge_work,
             bridge_work / sum_work
         );
+        report!(
+            "  with the Scheduled Events added to the sum ({:.1} CPU s): bridge / (raw Slurm + bind floor + Events) = {:.2} in CPU",
+            sum_cpu + events_cpu,
+            bridge_cpu / (sum_cpu + events_cpu)
+        );
         (
             t.as_secs_f64() / sum.as_secs_f64(),
             bridge_cpu / sum_cpu,
             bridge_work / sum_work,
+            bridge_cpu / (sum_cpu + events_cpu),
         )
     });
     print_per_pod(&metrics, n, api);
@@ -228,6 +267,8 @@ async fn burst(a: &Args) -> Figures {
         bridge: t.as_secs_f64(),
         floor_or_raw: floor_or_raw.as_secs_f64(),
         kube_scheduler: ks.as_secs_f64(),
-        over_sum,
+        over_sum: over_sum.map(|s| (s.0, s.1, s.2)),
+        over_sum_with_events: over_sum.map(|s| s.3),
+        slurm_over_raw,
     }
 }

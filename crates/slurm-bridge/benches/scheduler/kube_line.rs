@@ -3,7 +3,7 @@
 use crate::env::{create_pods, last, namespace, watch_bound, watch_running};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use std::time::{Duration, Instant};
 
 /// kube-scheduler, burst: stopped while N pods are created, then started; time to all bound,
@@ -88,6 +88,59 @@ pub(crate) async fn bind_floor(
     (
         bound,
         settled,
+        (cpu_before, crate::metrics::cpu_by_daemon()),
+    )
+}
+
+/// kube-scheduler's other write, apart from the floor: one `Scheduled` Event per pod the floor
+/// bound (the shape kube-scheduler and the bridge post), `workers` in flight. Returns the time
+/// and the daemons' CPU seconds from the first Event to the last answer.
+pub(crate) async fn scheduled_events(
+    kube: &kube_testenv::Instance,
+    workers: u32,
+) -> (Duration, crate::metrics::CpuSpan) {
+    use slurm_bridge::k8s::events::{Note, Reporter, build};
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube.client(), "bind-floor");
+    let bound = pods.list(&ListParams::default()).await.expect("list");
+    let reporter = Reporter {
+        controller: "bench".into(),
+        instance: "bench".into(),
+    };
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(kube.client(), "bind-floor");
+    let cpu_before = crate::metrics::cpu_by_daemon();
+    let started = Instant::now();
+    futures::stream::iter(bound.items)
+        .map(|p| {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let note = format!(
+                "Successfully assigned bind-floor/{} to {}",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                node.unwrap_or_default()
+            );
+            let event = build(
+                &reporter,
+                &p,
+                Note {
+                    warning: false,
+                    action: "Binding",
+                    reason: "Scheduled",
+                    note,
+                },
+            );
+            let events = events.clone();
+            async move {
+                events
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .expect("post a Scheduled Event");
+            }
+        })
+        .buffer_unordered(workers as usize)
+        .count()
+        .await;
+    (
+        started.elapsed(),
         (cpu_before, crate::metrics::cpu_by_daemon()),
     )
 }

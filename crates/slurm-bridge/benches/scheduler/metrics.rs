@@ -288,6 +288,15 @@ pub(crate) fn cpu_total(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
     cpu_deltas(before, after).iter().map(|(_, c)| c).sum()
 }
 
+/// slurmctld's and slurmrestd's CPU seconds between the snapshots: Slurm's work.
+pub(crate) fn slurm_cpu(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
+    cpu_deltas(before, after)
+        .iter()
+        .filter(|(d, _)| *d == "slurmctld" || *d == "slurmrestd")
+        .map(|(_, c)| c)
+        .sum()
+}
+
 pub(crate) fn print_cpu(before: &CpuSnapshot, after: &CpuSnapshot) {
     let parts: Vec<String> = cpu_deltas(before, after)
         .into_iter()
