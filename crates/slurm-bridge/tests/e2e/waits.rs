@@ -109,7 +109,15 @@ impl Env {
             }
             if Instant::now() > deadline {
                 let states: Vec<String> = pods.iter().map(describe).collect();
-                panic!("pods not bound within {timeout:?}:\n{}", states.join("\n"));
+                // Slurm's side too: which jobs hold which nodes, and why the others wait.
+                let queue = self
+                    .slurm
+                    .run(&["squeue", "--all", "--noheader", "--format=%i %j %T %r %N"])
+                    .unwrap_or_else(|e| format!("(squeue failed: {e})"));
+                panic!(
+                    "pods not bound within {timeout:?}:\n{}\nSlurm's jobs (id name state reason nodes):\n{queue}",
+                    states.join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
