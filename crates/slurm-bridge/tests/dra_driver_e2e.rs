@@ -28,6 +28,20 @@ const RESOURCE: &str = "deviceclass.resource.kubernetes.io/test-driver.cdi.k8s.i
 const NODE: &str = "node-1";
 const WAIT: Duration = Duration::from_secs(90);
 
+/// Gone, or Succeeded without the bridge's finalizer: the pod controller releases a finished
+/// pod after it cancelled its job, a moment after the kubelet reported it.
+fn succeeded_and_released(p: Option<&k8s_openapi::api::core::v1::Pod>) -> bool {
+    p.is_none_or(|p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+            && !p
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+    })
+}
+
 /// The config's `draDeviceDrivers` entry for the test driver.
 fn driver_setting() -> Vec<GresDriver> {
     vec![GresDriver {
@@ -273,9 +287,12 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
     );
 
     // The pod finishes: its job ends, the claim goes, the kubelet has the driver unprepare it.
-    env.wait_pod("dra-test", "Succeeded", WAIT, |p| {
-        p.is_none_or(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-    })
+    env.wait_pod(
+        "dra-test",
+        "Succeeded with the bridge's finalizer released",
+        WAIT,
+        succeeded_and_released,
+    )
     .await;
     env.wait_job_ended(job, WAIT).await;
     wait_some("the claim deleted", WAIT, async || {
@@ -307,6 +324,13 @@ async fn a_pod_runs_with_devices_of_kubernetes_dra_test_driver() {
         out2.lines().any(|l| l.trim() == format!("{var2}=true")),
         "{var2}=true in the second container's environment:\n{out2}"
     );
+    env.wait_pod(
+        "dra-test-2",
+        "Succeeded with the bridge's finalizer released",
+        WAIT,
+        succeeded_and_released,
+    )
+    .await;
     env.wait_job_ended(job_id_of(&p2), WAIT).await;
     wait_some("the second claim deleted", WAIT, async || {
         claims.get_opt(&claim2).await.ok()?.is_none().then_some(())
