@@ -46,10 +46,11 @@ mkdir -p target
 status=0
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 if [ "$status" != 0 ]; then
-  echo "==> failure digest: each failing test's panic (the whole output is in $log)"
+  echo "==> failure digest: each failing test's panic, without its backtrace (the whole output is in $log)"
   awk '/^---- .* stdout ----$/ { print; next }
        /panicked at/ { n = 80 }
-       n > 0 { print; n--; if ($0 ~ /^note: run with/) n = 0 }' "$log"
+       n > 0 { if ($0 ~ /^stack backtrace:/) { n = 0; next }
+               print; n--; if ($0 ~ /^note: run with/) n = 0 }' "$log"
   grep -E "^test .* FAILED$|^error: .*target.* failed" "$log" || true
   exit "$status"
 fi
