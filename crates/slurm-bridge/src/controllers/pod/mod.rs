@@ -333,10 +333,26 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
     // The members of a known job are the pods it names: a pod still labelled with the id of a
     // job Slurm lost is not a member of the new job that got that id.
     let siblings: Vec<Arc<Pod>> = match &view {
-        JobView::Known(j) => siblings
-            .into_iter()
-            .filter(|p| j.comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
-            .collect(),
+        JobView::Known(j) => {
+            let mut named: Vec<Arc<Pod>> = siblings
+                .into_iter()
+                .filter(|p| j.comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
+                .collect();
+            // A pod the job names but not labelled yet (its label waits, or its Binding failed)
+            // is a member too: its siblings finishing must not end the job it waits to join.
+            for key in &j.comment.pods {
+                if named.iter().any(|p| pod_key(p) == *key) {
+                    continue;
+                }
+                if let Some((ns, name)) = key.split_once('/')
+                    && let Some(p) = ctx.caches.pods.get(&ObjectRef::new(name).within(ns))
+                    && j.comment.names_pod(key, p.metadata.uid.as_deref())
+                {
+                    named.push(p);
+                }
+            }
+            named
+        }
         _ => siblings,
     };
     let mut members: Vec<Member> = siblings.iter().map(|p| ctx.member(p).0).collect();
