@@ -333,26 +333,9 @@ async fn reconcile_inner<S: Slurm>(pod: &Pod, ctx: &PodCtx<S>) -> Result<Action,
     // The members of a known job are the pods it names: a pod still labelled with the id of a
     // job Slurm lost is not a member of the new job that got that id.
     let siblings: Vec<Arc<Pod>> = match &view {
-        JobView::Known(j) => {
-            let mut named: Vec<Arc<Pod>> = siblings
-                .into_iter()
-                .filter(|p| j.comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
-                .collect();
-            // A pod the job names but not labelled yet (its label waits, or its Binding failed)
-            // is a member too: its siblings finishing must not end the job it waits to join.
-            for key in &j.comment.pods {
-                if named.iter().any(|p| pod_key(p) == *key) {
-                    continue;
-                }
-                if let Some((ns, name)) = key.split_once('/')
-                    && let Some(p) = ctx.caches.pods.get(&ObjectRef::new(name).within(ns))
-                    && j.comment.names_pod(key, p.metadata.uid.as_deref())
-                {
-                    named.push(p);
-                }
-            }
-            named
-        }
+        JobView::Known(j) => job_members(&j.comment, siblings, |ns, name| {
+            ctx.caches.pods.get(&ObjectRef::new(name).within(ns))
+        }),
         _ => siblings,
     };
     let mut members: Vec<Member> = siblings.iter().map(|p| ctx.member(p).0).collect();
@@ -548,10 +531,76 @@ pub async fn run<S: Slurm>(
     }
 }
 
+/// The pods of a job its comment names: those `labelled` with its id (a pod labelled with the
+/// id of a job Slurm lost is not a member of the new job that got that id), and those it names
+/// that `get` finds with the named uid but no label yet (its label waits, or its Binding
+/// failed): their siblings finishing must not end the job they wait to join.
+fn job_members(
+    comment: &crate::workload::admin_comment::AdminComment,
+    labelled: Vec<Arc<Pod>>,
+    get: impl Fn(&str, &str) -> Option<Arc<Pod>>,
+) -> Vec<Arc<Pod>> {
+    let mut named: Vec<Arc<Pod>> = labelled
+        .into_iter()
+        .filter(|p| comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
+        .collect();
+    for key in &comment.pods {
+        if named.iter().any(|p| pod_key(p) == *key) {
+            continue;
+        }
+        if let Some((ns, name)) = key.split_once('/')
+            && let Some(p) = get(ns, name)
+            && comment.names_pod(key, p.metadata.uid.as_deref())
+        {
+            named.push(p);
+        }
+    }
+    named
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn named_pod(name: &str, uid: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    #[test]
+    fn a_pod_the_job_names_is_a_member_before_its_label() {
+        let comment = crate::workload::admin_comment::AdminComment::new(
+            Some("coscheduling/ns/g".into()),
+            [("a", "ua"), ("b", "ub"), ("c", "uc")]
+                .map(|(n, u)| (format!("ns/{n}"), Some(u.to_string()))),
+        );
+        let labelled = vec![named_pod("a", "ua"), named_pod("b", "ub")];
+        let names = |members: Vec<Arc<Pod>>| -> Vec<String> {
+            let mut v: Vec<String> = members.iter().map(|p| pod_key(p)).collect();
+            v.sort();
+            v
+        };
+        // c is unbound and unlabelled (its Binding failed): a member all the same.
+        let got = job_members(&comment, labelled.clone(), |ns, name| {
+            (ns == "ns" && name == "c").then(|| named_pod("c", "uc"))
+        });
+        assert_eq!(names(got), ["ns/a", "ns/b", "ns/c"]);
+        // A c recreated under another uid is another pod: not a member.
+        let got = job_members(&comment, labelled.clone(), |_, name| {
+            (name == "c").then(|| named_pod("c", "other"))
+        });
+        assert_eq!(names(got), ["ns/a", "ns/b"]);
+        // A labelled pod the job does not name (a lost job's id reused) is not one either.
+        let mut with_stranger = labelled;
+        with_stranger.push(named_pod("z", "uz"));
+        let got = job_members(&comment, with_stranger, |_, _| None);
+        assert_eq!(names(got), ["ns/a", "ns/b"]);
+    }
 
     fn pod(annotated: bool, scheduled_at: Option<&str>) -> Pod {
         let annotations = if annotated {
