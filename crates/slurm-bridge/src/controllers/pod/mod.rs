@@ -544,8 +544,11 @@ fn job_members(
         .into_iter()
         .filter(|p| comment.names_pod(&pod_key(p), p.metadata.uid.as_deref()))
         .collect();
+    // Every pod of a large gang passes through here: a set, not a scan per named key.
+    let labelled_keys: std::collections::HashSet<String> =
+        named.iter().map(|p| pod_key(p)).collect();
     for key in &comment.pods {
-        if named.iter().any(|p| pod_key(p) == *key) {
+        if labelled_keys.contains(key) {
             continue;
         }
         if let Some((ns, name)) = key.split_once('/')
