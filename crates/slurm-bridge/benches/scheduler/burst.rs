@@ -21,15 +21,23 @@ pub(crate) struct Figures {
     bridge: f64,
     floor_or_raw: f64,
     kube_scheduler: f64,
-    /// Raw Slurm's line plus the bind floor's, and the bridge's over it (time, CPU seconds,
-    /// CPU seconds beyond each daemon's idle use over its line); `None` without the raw line.
-    over_sum: Option<(f64, f64, f64)>,
-    /// The bridge's CPU seconds over the sum with kube-scheduler's Events added (for
-    /// information: the targets' sum has the floor's Bindings only).
-    over_sum_with_events: Option<f64>,
+    /// The bridge's line over raw Slurm's plus the bind floor's; `None` without the raw line.
+    over_sum: Option<OverSum>,
     /// slurmctld's and slurmrestd's CPU seconds per pod in the bridge's line over theirs per
     /// job in raw Slurm's (target 1.2).
     slurm_over_raw: Option<f64>,
+}
+
+/// The bridge's line over the sum of the reference lines (raw Slurm + bind floor).
+#[derive(Clone, Copy)]
+struct OverSum {
+    time: f64,
+    cpu: f64,
+    /// CPU seconds beyond each daemon's idle use over its line.
+    beyond_idle: f64,
+    /// CPU seconds with kube-scheduler's Events added to the sum (for information: the
+    /// targets' sum has the floor's Bindings only).
+    cpu_with_events: f64,
 }
 
 /// How long the daemons' idle use is measured before the bridge's line.
@@ -65,14 +73,14 @@ pub(crate) async fn bursts(a: &Args) {
         report!(
             "median of {} runs: bridge / (raw Slurm + bind floor) = {:.2} in time, {:.2} in CPU seconds (targets 1.10), {:.2} in CPU seconds beyond the daemons' idle use",
             runs.len(),
-            median(&|f| f.over_sum.map_or(0.0, |s| s.0)),
-            median(&|f| f.over_sum.map_or(0.0, |s| s.1)),
-            median(&|f| f.over_sum.map_or(0.0, |s| s.2)),
+            median(&|f| f.over_sum.map_or(0.0, |s| s.time)),
+            median(&|f| f.over_sum.map_or(0.0, |s| s.cpu)),
+            median(&|f| f.over_sum.map_or(0.0, |s| s.beyond_idle)),
         );
         report!(
             "median of {} runs: bridge / (raw Slurm + bind floor + Scheduled Events) = {:.2} in CPU seconds; Slurm's CPU per pod in the bridge's line / per job in raw Slurm's = {:.2} (target 1.2)",
             runs.len(),
-            median(&|f| f.over_sum_with_events.unwrap_or(0.0)),
+            median(&|f| f.over_sum.map_or(0.0, |s| s.cpu_with_events)),
             median(&|f| f.slurm_over_raw.unwrap_or(0.0)),
         );
     }
@@ -244,12 +252,12 @@ async fn burst(a: &Args) -> Figures {
             sum_cpu + events_cpu,
             bridge_cpu / (sum_cpu + events_cpu)
         );
-        (
-            t.as_secs_f64() / sum.as_secs_f64(),
-            bridge_cpu / sum_cpu,
-            bridge_work / sum_work,
-            bridge_cpu / (sum_cpu + events_cpu),
-        )
+        OverSum {
+            time: t.as_secs_f64() / sum.as_secs_f64(),
+            cpu: bridge_cpu / sum_cpu,
+            beyond_idle: bridge_work / sum_work,
+            cpu_with_events: bridge_cpu / (sum_cpu + events_cpu),
+        }
     });
     print_per_pod(&metrics, n, api);
     print_apiserver_requests(&requests_before, &requests_done, n);
@@ -267,8 +275,7 @@ async fn burst(a: &Args) -> Figures {
         bridge: t.as_secs_f64(),
         floor_or_raw: floor_or_raw.as_secs_f64(),
         kube_scheduler: ks.as_secs_f64(),
-        over_sum: over_sum.map(|s| (s.0, s.1, s.2)),
-        over_sum_with_events: over_sum.map(|s| s.3),
+        over_sum,
         slurm_over_raw,
     }
 }
