@@ -66,6 +66,65 @@ fn render_webhooks(env: &kube_testenv::Instance, sets: &[&str], path: &Path) -> 
     hooks
 }
 
+/// The `type` label kube-apiserver gives the webhooks of a configuration kind in its admission
+/// metrics.
+fn metric_type(kind: &str) -> &'static str {
+    match kind {
+        "MutatingWebhookConfiguration" => "admit",
+        _ => "validating",
+    }
+}
+
+/// How many calls kube-apiserver has made to the chart's webhooks of metric type `ty`
+/// ([`metric_type`]) that failed: refused (`Fail`) or let through (`Ignore`). Counted before
+/// the request is answered, so a call shows here once its request has its answer.
+async fn failed_calls(client: &kube::Client, ty: &str) -> f64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    let ty = format!("type=\"{ty}\"");
+    text.lines()
+        .filter(|l| {
+            (l.starts_with("apiserver_admission_webhook_rejection_count{")
+                || l.starts_with("apiserver_admission_webhook_fail_open_count{"))
+                && l.contains("slinky.slurm.net")
+                && l.contains(&ty)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Creates one webhook configuration and waits until kube-apiserver calls it: a managed pod's
+/// dry-run CREATE counts a failed call of its kind. The validating configuration goes first:
+/// with `Fail`, a refusing mutating webhook would keep it from being called.
+async fn create_in_force(env: &kube_testenv::Instance, v: &Variant, hook: &Value, path: &Path) {
+    let kind = hook["kind"].as_str().unwrap();
+    let client = env.client();
+    let before = failed_calls(&client, metric_type(kind)).await;
+    std::fs::write(path, serde_json::to_vec_pretty(hook).unwrap()).unwrap();
+    env.kubectl(&["create", "-f", path.to_str().unwrap()])
+        .unwrap_or_else(|e| panic!("{}: {e}", v.name));
+    wait_for(&format!("{}: {kind} in force", v.name), async || {
+        let _ = create(&client, v.managed[0], None, true).await;
+        failed_calls(&client, metric_type(kind)).await > before
+    })
+    .await;
+}
+
+/// Waits until kube-apiserver calls none of the chart's webhooks any more: a pod naming the
+/// bridge scheduler (sent to both kinds while they exist) is created without a failed call.
+async fn wait_removed(client: &kube::Client, v: &Variant) {
+    let failed =
+        async || failed_calls(client, "admit").await + failed_calls(client, "validating").await;
+    wait_for(&format!("{}: configurations removed", v.name), async || {
+        let before = failed().await;
+        let created = create(client, UNRELATED_NS, Some(BRIDGE), true)
+            .await
+            .is_ok();
+        created && failed().await == before
+    })
+    .await;
+}
+
 fn pod(name: &str, ns: &str, scheduler: Option<&str>) -> Pod {
     let mut spec = json!({"containers": [{"name": "main", "image": "busybox",
         "command": ["sleep", "infinity"]}]});
@@ -271,18 +330,14 @@ async fn with_the_webhook_down_only_the_bridges_pods_wait() {
         let started = Instant::now();
         let file = dir.join("webhooks.json");
         let hooks = render_webhooks(&env, v.sets, &file);
-        env.kubectl(&["create", "-f", file.to_str().unwrap()])
-            .unwrap_or_else(|e| panic!("{}: {e}", v.name));
-        // The API server sees the configurations within milliseconds; with Fail, wait until it
-        // refuses a managed pod, then give the other configuration a moment.
-        if v.fail {
-            wait_for(
-                &format!("{}: configurations in force", v.name),
-                async || create(&client, v.managed[0], None, true).await.is_err(),
-            )
-            .await;
+        // Each in force before any check: kube-apiserver calls it (a failed call is counted).
+        for kind in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            let hook = hooks.iter().find(|h| h["kind"] == kind).unwrap();
+            create_in_force(&env, v, hook, &dir.join(format!("{kind}.json"))).await;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
 
         // Not the bridge's: created and updated as if it were not installed.
         for ns in v.unmanaged {
@@ -359,14 +414,9 @@ async fn with_the_webhook_down_only_the_bridges_pods_wait() {
 
         env.kubectl(&["delete", "-f", file.to_str().unwrap(), "--wait"])
             .unwrap_or_else(|e| panic!("{}: {e}", v.name));
-        // Gone from the API server's view: a pod naming the bridge scheduler is created again.
-        wait_for(&format!("{}: configurations removed", v.name), async || {
-            create(&client, UNRELATED_NS, Some(BRIDGE), true)
-                .await
-                .is_ok()
-        })
-        .await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Gone from the API server's view: a pod naming the bridge scheduler is created again,
+        // and no webhook call failed for it.
+        wait_removed(&client, v).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
