@@ -32,7 +32,7 @@ pub(crate) async fn kube_scheduler_burst(
     if let Some(p) = pprof {
         p.await.unwrap();
     }
-    crate::metrics::print_apiserver_requests(&requests, &requests_after, n);
+    crate::metrics::print_apiserver_requests(&requests, &requests_after, n, "the last bind");
     (t, (cpu_before, cpu_after))
 }
 

@@ -177,11 +177,12 @@ pub(crate) async fn apiserver_requests_by_kind(
 }
 
 /// Prints the API server requests of every client between two readings, per pod, the kinds
-/// with at least 0.01 a pod.
+/// with at least 0.01 a pod; `until` says when the second reading was taken.
 pub(crate) fn print_apiserver_requests(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
     n: u32,
+    until: &str,
 ) {
     let n = f64::from(n);
     let per_pod: Vec<String> = after
@@ -191,7 +192,7 @@ pub(crate) fn print_apiserver_requests(
         .map(|(k, v)| format!("{k} {v:.2}"))
         .collect();
     println!(
-        "  kube-apiserver requests per pod until the last bind (every client): {}",
+        "  kube-apiserver requests per pod until {until} (every client): {}",
         per_pod.join(", ")
     );
 }
