@@ -183,6 +183,14 @@ pub fn merge_toleration(
     true
 }
 
+/// True when `obj` (a pod, in any of its forms) holds the bridge finalizer.
+pub fn holds_finalizer<K: kube::Resource>(obj: &K) -> bool {
+    obj.meta()
+        .finalizers
+        .as_ref()
+        .is_some_and(|list| list.iter().any(|f| f == FINALIZER))
+}
+
 /// Add the bridge finalizer once (the reference appended it on every call: quirk 1).
 /// Returns true when it was added.
 pub fn add_finalizer_once(
@@ -262,12 +270,21 @@ mod tests {
             finalizers: Some(vec!["other".into()]),
             ..Default::default()
         };
+        let mut pod = k8s_openapi::api::core::v1::Pod {
+            metadata: meta.clone(),
+            ..Default::default()
+        };
+        assert!(!holds_finalizer(&pod), "another finalizer is not ours");
         assert!(add_finalizer_once(&mut meta));
         assert!(!add_finalizer_once(&mut meta));
         assert_eq!(
-            meta.finalizers.unwrap(),
-            vec!["other".to_string(), FINALIZER.to_string()]
+            meta.finalizers,
+            Some(vec!["other".to_string(), FINALIZER.to_string()])
         );
+        pod.metadata = meta;
+        assert!(holds_finalizer(&pod));
+        pod.metadata.finalizers = None;
+        assert!(!holds_finalizer(&pod));
     }
 
     #[test]

@@ -482,9 +482,7 @@ async fn broken_pods_get_clear_answers_and_stall_nothing() {
                     .and_then(|s| s.phase.as_deref())
                     .unwrap_or_default();
                 matches!(phase, "Succeeded" | "Failed")
-                    && p.finalizers()
-                        .iter()
-                        .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+                    && slurm_bridge::wellknown::holds_finalizer(*p)
             })
             .map(|p| p.name_any())
             .collect();

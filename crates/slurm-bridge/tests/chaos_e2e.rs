@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube_testenv::Daemon;
-use slurm_bridge::wellknown::{FINALIZER, LABEL_SLURM_JOBID};
+use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
 use slurm_bridge::workload::admin_comment::AdminComment;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -334,7 +334,7 @@ async fn unfinished_work(env: &Env, churned: &Mutex<Churn>) -> Vec<String> {
 
 /// A finished pod that still holds the bridge's finalizer (the pod controller releases it).
 fn finished_with_finalizer(p: &Pod) -> bool {
-    matches!(phase(p), "Succeeded" | "Failed") && p.finalizers().iter().any(|f| f == FINALIZER)
+    matches!(phase(p), "Succeeded" | "Failed") && slurm_bridge::wellknown::holds_finalizer(p)
 }
 
 /// The invariants after the settle, as messages: no pod in two live jobs, no live job

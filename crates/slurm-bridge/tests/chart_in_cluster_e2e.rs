@@ -47,9 +47,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use serde_json::json;
-use slurm_bridge::wellknown::{
-    FINALIZER, LABEL_EXTERNAL_NODE, LABEL_SLURM_JOBID, managed_node_taint,
-};
+use slurm_bridge::wellknown::{LABEL_EXTERNAL_NODE, LABEL_SLURM_JOBID, managed_node_taint};
 use slurm_bridge::workload::admin_comment::AdminComment;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -966,7 +964,7 @@ async fn uninstall_runs_the_hook(env: &Env, running: &str) {
     );
     let steady = managed(env).get(running).await.unwrap();
     assert!(
-        !steady.finalizers().iter().any(|f| f == FINALIZER),
+        !slurm_bridge::wellknown::holds_finalizer(&steady),
         "the hook released {running}'s finalizer"
     );
     wait_until("the release's pods gone", WAIT, async || {

@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use slurm_bridge::wellknown::holds_finalizer;
 use slurm_bridge::wellknown::{
     ANNOTATION_SLURM_NODE, FINALIZER, LABEL_SLURM_JOBID, TAINT_EFFECT, TAINT_MANAGED_NODE,
 };
@@ -71,10 +72,6 @@ async fn wait_until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
 
 fn phase(p: &Pod) -> Option<&str> {
     p.status.as_ref().and_then(|s| s.phase.as_deref())
-}
-
-fn holds_finalizer(p: &Pod) -> bool {
-    p.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// How far the original got with a pod before it stopped.

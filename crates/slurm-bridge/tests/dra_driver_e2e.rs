@@ -33,12 +33,7 @@ const WAIT: Duration = Duration::from_secs(90);
 fn succeeded_and_released(p: Option<&k8s_openapi::api::core::v1::Pod>) -> bool {
     p.is_none_or(|p| {
         p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
-            && !p
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+            && !slurm_bridge::wellknown::holds_finalizer(p)
     })
 }
 

@@ -17,9 +17,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
+use slurm_bridge::wellknown::holds_finalizer;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -205,12 +205,6 @@ async fn delete_hook_objects(env: &Env, objects: &[Value]) {
             }
         }
     }
-}
-
-fn holds_finalizer(p: &Pod) -> bool {
-    p.finalizers()
-        .iter()
-        .any(|f| f == slurm_bridge::wellknown::FINALIZER)
 }
 
 /// Issue 21: the scheduler and the controllers stop for good while one pod runs briefly and one
@@ -467,12 +461,7 @@ async fn helm_install_schedules_through_slurm_under_the_charts_rbac() {
             p.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         );
-        if finished
-            && !p
-                .finalizers()
-                .iter()
-                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
-        {
+        if finished && !holds_finalizer(&p) {
             break;
         }
         assert!(

@@ -270,13 +270,9 @@ async fn helm_upgrade_from_the_go_originals_release_says_what_to_do_then_works()
     })
     .await;
     wait_until("finalizer released", Duration::from_secs(60), async || {
-        pods.get("after-migration").await.is_ok_and(|p| {
-            !p.metadata
-                .finalizers
-                .unwrap_or_default()
-                .iter()
-                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
-        })
+        pods.get("after-migration")
+            .await
+            .is_ok_and(|p| !slurm_bridge::wellknown::holds_finalizer(&p))
     })
     .await;
     env.assert_invariants().await;

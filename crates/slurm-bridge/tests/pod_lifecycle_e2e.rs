@@ -9,17 +9,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use slurm_bridge::wellknown::FINALIZER;
+use slurm_bridge::wellknown::holds_finalizer;
 use std::time::{Duration, Instant};
 
 const BIND: Duration = Duration::from_secs(60);
 
 fn phase(p: &Pod) -> Option<&str> {
     p.status.as_ref().and_then(|s| s.phase.as_deref())
-}
-
-fn has_finalizer(p: &Pod) -> bool {
-    p.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 #[tokio::test]
@@ -40,7 +36,7 @@ async fn pods_and_jobs_end_together() {
     let (finishes, deleted, cancelled) = (ids[0], ids[1], ids[2]);
     for p in &bound {
         assert!(
-            has_finalizer(p),
+            holds_finalizer(p),
             "{} bound without the finalizer",
             p.name_any()
         );
@@ -58,7 +54,7 @@ async fn pods_and_jobs_end_together() {
         "finishes",
         "finalizer released",
         Duration::from_secs(10),
-        |p| p.is_some_and(|p| !has_finalizer(p)),
+        |p| p.is_some_and(|p| !holds_finalizer(p)),
     )
     .await;
     assert!(done.is_some());
@@ -200,7 +196,7 @@ async fn a_job_with_completions_3_and_parallelism_2_runs_to_completion() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let pods = env.pods().list(&Default::default()).await.unwrap().items;
-        if env.active_job_ids().is_empty() && pods.iter().all(|p| !has_finalizer(p)) {
+        if env.active_job_ids().is_empty() && pods.iter().all(|p| !holds_finalizer(p)) {
             assert_eq!(pods.len(), 3);
             break;
         }
@@ -234,7 +230,7 @@ async fn a_node_deleted_under_a_running_pod_releases_its_job_after_the_grace() {
         "orphan",
         "finalizer released",
         Duration::from_secs(10),
-        |p| p.is_none_or(|p| !has_finalizer(p)),
+        |p| p.is_none_or(|p| !holds_finalizer(p)),
     )
     .await;
     env.assert_invariants().await;
@@ -265,7 +261,7 @@ async fn controllers_restarted_mid_run_leave_no_pod_stuck_and_no_job_behind() {
     }
     let stuck = env.pods().get("long").await.unwrap();
     assert!(
-        stuck.metadata.deletion_timestamp.is_some() && has_finalizer(&stuck),
+        stuck.metadata.deletion_timestamp.is_some() && holds_finalizer(&stuck),
         "without the controllers the deleted pod waits"
     );
     assert_eq!(
@@ -288,7 +284,7 @@ async fn controllers_restarted_mid_run_leave_no_pod_stuck_and_no_job_behind() {
     }
     for name in ["short-1", "short-2"] {
         env.wait_pod(name, "finalizer released", Duration::from_secs(10), |p| {
-            p.is_none_or(|p| !has_finalizer(p))
+            p.is_none_or(|p| !holds_finalizer(p))
         })
         .await;
     }
@@ -329,7 +325,7 @@ async fn a_lost_kubelet_releases_its_pods_job_after_the_grace() {
             "stranded",
             "finalizer released",
             Duration::from_secs(10),
-            |p| p.is_none_or(|p| !has_finalizer(p)),
+            |p| p.is_none_or(|p| !holds_finalizer(p)),
         )
         .await;
     if let Some(p) = p {
@@ -393,8 +389,8 @@ async fn a_pending_pod_deleted_with_the_admission_finalizer_goes() {
     };
     let _hooks = e2e::admission::start(&env.kube, cfg, "pending-deleted").await;
     let p: Pod = serde_json::from_value(sleeper("pending", "infinity", 30)).unwrap();
-    let created = e2e::admission::create_mutated(&env.pods(), &p, has_finalizer).await;
-    assert!(has_finalizer(&created), "the webhook added the finalizer");
+    let created = e2e::admission::create_mutated(&env.pods(), &p, holds_finalizer).await;
+    assert!(holds_finalizer(&created), "the webhook added the finalizer");
     assert!(!e2e::node_name_is_set(&created));
 
     // Every version of the pod until it is gone.
@@ -419,7 +415,7 @@ async fn a_pending_pod_deleted_with_the_admission_finalizer_goes() {
     let held = deleting
         .left()
         .expect("the pod is kept while its finalizer is there");
-    assert!(held.metadata.deletion_timestamp.is_some() && has_finalizer(&held));
+    assert!(held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held));
     let mut phases = Vec::new();
     let gone = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(ev) = versions.next().await {

@@ -5,9 +5,7 @@
 mod e2e;
 
 use e2e::{Env, job_id_of, pod};
-use kube::ResourceExt;
 use serde_json::json;
-use slurm_bridge::wellknown::FINALIZER;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -58,7 +56,7 @@ async fn run_schedules_a_pod_and_ends_its_job_when_it_completes() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let p = env.pods().get("once").await.unwrap();
-        if !p.finalizers().iter().any(|f| f == FINALIZER) {
+        if !slurm_bridge::wellknown::holds_finalizer(&p) {
             assert_eq!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded")

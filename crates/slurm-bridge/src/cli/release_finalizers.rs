@@ -134,7 +134,7 @@ pub struct Outcome {
 
 fn facts(pod: &Pod) -> Result<Option<PodFacts>, ReleaseError> {
     let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-    let holds_finalizer = pod.finalizers().iter().any(|f| f == FINALIZER);
+    let holds_finalizer = crate::wellknown::holds_finalizer(pod);
     let job_id = match pod.labels().get(LABEL_SLURM_JOBID) {
         None => None,
         Some(v) => Some(v.parse::<u32>().map_err(|_| ReleaseError::BadJobId {
@@ -203,7 +203,7 @@ async fn release_pod(
         source,
     };
     for _ in 0..5 {
-        if !pod.finalizers().iter().any(|f| f == FINALIZER) {
+        if !crate::wellknown::holds_finalizer(&pod) {
             return Ok(false);
         }
         let rest: Vec<&String> = pod

@@ -25,7 +25,7 @@ pub fn label_patch(
         .unwrap_or_default();
     let add_toleration = merge_toleration(&mut tolerations, scheduler_name);
     let has_label = pod.labels().get(LABEL_SLURM_JOBID) == Some(&job_id.to_string());
-    let has_finalizer = pod.finalizers().iter().any(|f| f == FINALIZER);
+    let has_finalizer = crate::wellknown::holds_finalizer(pod);
     let stale_node = clear_node && pod.annotations().contains_key(ANNOTATION_SLURM_NODE);
     if has_label && has_finalizer && !add_toleration && !stale_node {
         return None;

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use prometheus_client::registry::Registry;
 use slurm_bridge::controllers::{self, ControllersHandle, ControllersOptions};
-use slurm_bridge::wellknown::{FINALIZER, LABEL_SLURM_JOBID};
+use slurm_bridge::wellknown::LABEL_SLURM_JOBID;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -108,7 +108,7 @@ impl Env {
             .items;
         for p in &pods {
             assert!(
-                !(is_terminal(p) && p.finalizers().iter().any(|f| f == FINALIZER)),
+                !(is_terminal(p) && slurm_bridge::wellknown::holds_finalizer(p)),
                 "finished pod {} still holds the finalizer",
                 p.name_any()
             );

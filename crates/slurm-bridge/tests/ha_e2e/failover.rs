@@ -142,10 +142,7 @@ async fn killing_the_leader_again_and_again_never_duplicates_a_job() {
             matches!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")
-            ) && p
-                .finalizers()
-                .iter()
-                .any(|f| f == slurm_bridge::wellknown::FINALIZER)
+            ) && slurm_bridge::wellknown::holds_finalizer(p)
         });
         if !held || Instant::now() > settle {
             break;

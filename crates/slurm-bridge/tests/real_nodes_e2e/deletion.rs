@@ -5,12 +5,12 @@
 use crate::e2e::controllers::disruption;
 use crate::e2e::{job_field, job_id_of, wait_some};
 use crate::support::{
-    WAIT, container_running, has_finalizer, logs, phase, real_pod, start_external, terminated,
-    wait_logs,
+    WAIT, container_running, logs, phase, real_pod, start_external, terminated, wait_logs,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
+use slurm_bridge::wellknown::holds_finalizer;
 use std::time::{Duration, Instant};
 
 /// The container traps SIGTERM, says so, takes 3 s to leave and exits 0: deleted with a grace
@@ -151,7 +151,7 @@ async fn a_pod_on_a_stopped_kubelet_is_released_by_the_node_lost_rules() {
         let p = env.pods().get("stranded").await.unwrap();
         if ready(&n).as_deref() == Some("True") {
             assert!(
-                disruption(&p).is_none() && has_finalizer(&p),
+                disruption(&p).is_none() && holds_finalizer(&p),
                 "pod released while its node was Ready"
             );
             assert!(
@@ -180,7 +180,7 @@ async fn a_pod_on_a_stopped_kubelet_is_released_by_the_node_lost_rules() {
     env.wait_job_ended(id, WAIT).await;
     assert_eq!(job_field(&env, id, "JobState"), "CANCELLED");
     env.wait_pod("stranded", "finalizer released", WAIT, |p| {
-        p.is_none_or(|p| !has_finalizer(p))
+        p.is_none_or(|p| !holds_finalizer(p))
     })
     .await;
     let events = env.wait_event("stranded", "NodeLost").await;

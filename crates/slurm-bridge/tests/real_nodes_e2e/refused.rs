@@ -7,14 +7,15 @@
 
 use crate::e2e::{NS, SCHEDULER, job_field, job_id_of, node_of, wait_some};
 use crate::support::{
-    WAIT, container_running, has_finalizer, kubelet_allocatable, node_field, phase, real_pod,
-    shared, start_external, start_hybrid, wait_logs, wait_phase, wait_released,
+    WAIT, container_running, kubelet_allocatable, node_field, phase, real_pod, shared,
+    start_external, start_hybrid, wait_logs, wait_phase, wait_released,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::json;
+use slurm_bridge::wellknown::holds_finalizer;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -139,7 +140,7 @@ async fn a_pod_the_kubelet_refuses_ends_its_job_says_why_and_is_not_submitted_ag
     let refused = env.pods().get("refused").await.unwrap();
     assert_eq!(job_id_of(&refused), id);
     assert_eq!(phase(&refused), Some("Failed"));
-    assert!(!has_finalizer(&refused));
+    assert!(!holds_finalizer(&refused));
     let slurm_jobs = env.slurm_job_ids();
     assert_eq!(
         slurm_jobs.len(),

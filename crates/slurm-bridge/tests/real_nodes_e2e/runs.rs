@@ -4,13 +4,14 @@
 
 use crate::e2e::{NS, SCHEDULER, job_id_of, node_of, wait_some};
 use crate::support::{
-    WAIT, has_finalizer, logs, real_pod, shared, start_external, terminated, wait_logs,
-    wait_no_external_job, wait_phase, wait_released,
+    WAIT, logs, real_pod, shared, start_external, terminated, wait_logs, wait_no_external_job,
+    wait_phase, wait_released,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::json;
+use slurm_bridge::wellknown::holds_finalizer;
 use std::time::Instant;
 
 #[tokio::test]
@@ -117,7 +118,7 @@ async fn pods_scheduled_through_slurm_run_their_containers_and_end_their_jobs() 
     wait_no_external_job(&env).await;
     for p in env.pods().list(&ListParams::default()).await.unwrap().items {
         assert!(
-            !has_finalizer(&p),
+            !holds_finalizer(&p),
             "{:?} keeps the finalizer",
             p.metadata.name
         );

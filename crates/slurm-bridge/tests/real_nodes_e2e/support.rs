@@ -4,10 +4,9 @@
 use crate::e2e::controllers::Controllers;
 use crate::e2e::{self, Env, wait_some};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use serde_json::{Value, json};
-use slurm_bridge::wellknown::FINALIZER;
+use slurm_bridge::wellknown::holds_finalizer;
 use std::time::Duration;
 
 pub const WAIT: Duration = Duration::from_secs(90);
@@ -80,10 +79,6 @@ pub fn phase(p: &Pod) -> Option<&str> {
     p.status.as_ref().and_then(|s| s.phase.as_deref())
 }
 
-pub fn has_finalizer(p: &Pod) -> bool {
-    p.finalizers().iter().any(|f| f == FINALIZER)
-}
-
 pub use crate::e2e::terminated;
 
 /// True once the first container has started and not yet stopped.
@@ -121,7 +116,7 @@ pub async fn wait_phase(env: &Env, pod: &str, want: &str) -> Pod {
 /// Waits until the pod no longer holds the bridge finalizer (or is gone).
 pub async fn wait_released(env: &Env, pod: &str) {
     env.wait_pod(pod, "finalizer released", WAIT, |p| {
-        p.is_none_or(|p| !has_finalizer(p))
+        p.is_none_or(|p| !holds_finalizer(p))
     })
     .await;
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
     use slurm_bridge::k8s::writes::write_kind;
-    use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, FINALIZER, merge_toleration};
+    use slurm_bridge::wellknown::{ANNOTATION_SLURM_NODE, merge_toleration};
     let mut env = Env::start(2).await;
     let rest = e2e::rest_client(&env.slurm);
     let watched = start_watched(&mut env, rest).await;
@@ -64,11 +64,7 @@ async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
         Some(&node),
         "the node annotation, carried by the Binding"
     );
-    assert!(
-        kube::ResourceExt::finalizers(&p)
-            .iter()
-            .any(|f| f == FINALIZER)
-    );
+    assert!(slurm_bridge::wellknown::holds_finalizer(&p));
     let mut tolerations = p
         .spec
         .as_ref()

@@ -153,10 +153,7 @@ impl<S: Slurm> PodCtx<S> {
             deleting: pod.metadata.deletion_timestamp.is_some(),
             containers_running,
             node_lost: loss == Some(Duration::ZERO),
-            has_finalizer: pod
-                .finalizers()
-                .iter()
-                .any(|f| f == crate::wellknown::FINALIZER),
+            has_finalizer: crate::wellknown::holds_finalizer(pod),
             disrupted: actions::is_disrupted(pod),
             rejected: actions::kubelet_rejection(pod).is_some(),
             lost_marked: crate::controllers::state_loss::is_marked(pod),

@@ -513,7 +513,7 @@ impl PodWriter {
         writes: &KubeWrites,
         pod: &Pod,
     ) -> Result<(), kube::Error> {
-        if !pod.finalizers().iter().any(|f| f == FINALIZER) {
+        if !crate::wellknown::holds_finalizer(pod) {
             return Ok(());
         }
         let rest: Vec<&String> = pod
