@@ -7,7 +7,7 @@ mod e2e;
 
 use e2e::controllers::Controllers;
 use e2e::*;
-use fault_proxy::{FaultProxy, Faults, ProxyOptions, ServerTls, Upstream};
+use fault_proxy::{FaultProxy, Faults, ProxyOptions, Upstream};
 use kube::api::DeleteParams;
 use slurm_bridge::workload::admin_comment::AdminComment;
 use std::collections::BTreeMap;
@@ -36,7 +36,6 @@ async fn jobs_by_pod(env: &Env) -> BTreeMap<String, Vec<u32>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_answers_neither_double_a_job_nor_lose_a_pod() {
     let mut env = Env::start(4).await;
-    let dir = temp_dir("lost-answers");
 
     // Slurm: every submit's and every cancel's answer lost after Slurm acted.
     let slurm_proxy = FaultProxy::start(ProxyOptions {
@@ -46,28 +45,9 @@ async fn lost_answers_neither_double_a_job_nor_lose_a_pod() {
     .await
     .unwrap();
     // kube-apiserver: every Binding's answer lost after it landed.
-    let kubeconfig = env.kube_env.kubeconfig();
-    let pki = env.kube_env.dir().join("pki");
-    let kube_proxy = FaultProxy::start(ProxyOptions {
-        serve_tls: Some(ServerTls {
-            cert_pem: std::fs::read_to_string(pki.join("serving.crt")).unwrap(),
-            key_pem: std::fs::read_to_string(pki.join("serving.key")).unwrap(),
-        }),
-        faults: Faults::lost_answers(1.0, &["/binding"]),
-        ..ProxyOptions::new(fault_proxy::kubeconfig::upstream(&kubeconfig).unwrap())
-    })
-    .await
-    .unwrap();
-    let proxied = dir.join("kubeconfig");
-    fault_proxy::kubeconfig::write_pointed_at(&kubeconfig, kube_proxy.url(), &proxied).unwrap();
-    let direct = env.kube.clone();
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&proxied).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    env.kube = kube::Client::try_from(config).unwrap();
+    let (kube_proxy, proxied) =
+        kube_proxy::through_proxy(&env, Faults::lost_answers(1.0, &["/binding"])).await;
+    let direct = std::mem::replace(&mut env.kube, proxied);
     let slurm = slurm_rest::Client::builder(slurm_proxy.url())
         .token(slurm_rest::TokenProvider::file(env.slurm.token_file()))
         .build()

@@ -11,6 +11,7 @@ mod figures;
 mod gated;
 pub mod helm;
 mod invariants;
+pub mod kube_proxy;
 mod objects;
 mod poll;
 mod process;
