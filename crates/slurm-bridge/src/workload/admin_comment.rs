@@ -73,7 +73,14 @@ impl AdminComment {
     /// the same name (a StatefulSet's, a re-applied bare pod) has another uid, so its
     /// predecessor's job is not its own.
     pub fn names_pod(&self, key: &str, uid: Option<&str>) -> bool {
-        let Some(i) = self.pods.iter().position(|p| p == key) else {
+        // `new` and `decode` leave `pods` sorted: a gang of thousands is searched, not scanned
+        // (the pod controller asks this for every member of a job, per member).
+        let found = match self.pods.binary_search_by(|p| p.as_str().cmp(key)) {
+            Ok(i) => Some(i),
+            Err(_) if !self.pods.is_sorted() => self.pods.iter().position(|p| p == key),
+            Err(_) => None,
+        };
+        let Some(i) = found else {
             return false;
         };
         self.uids.is_empty() || uid.is_none() || self.uids.get(i).map(String::as_str) == uid
@@ -146,6 +153,16 @@ impl AdminComment {
                 .filter(|u| u.len() == pods.len())
                 .unwrap_or_default(),
             _ => Vec::new(),
+        };
+        // Sorted as `new` writes them (the Go original kept its own order), uids alongside.
+        let (pods, uids) = if uids.is_empty() {
+            let mut pods = pods;
+            pods.sort();
+            (pods, uids)
+        } else {
+            let mut pairs: Vec<(String, String)> = pods.into_iter().zip(uids).collect();
+            pairs.sort();
+            pairs.into_iter().unzip()
         };
         let desc = map.get("desc").and_then(Value::as_str).map(str::to_string);
         let cluster = map
@@ -301,6 +318,28 @@ mod tests {
         // The Go original's jobs carry no uids: the name decides.
         let go = AdminComment::decode(r#"{"pods":["ns/b"]}"#).unwrap();
         assert!(go.names_pod("ns/b", Some("anything")));
+    }
+
+    #[test]
+    fn pods_in_any_order_are_named_with_their_own_uids() {
+        // Decoded: sorted, each uid kept with its pod.
+        let c =
+            AdminComment::decode(r#"{"pods":["ns/c","ns/a","ns/b"],"uids":["u-c","u-a","u-b"]}"#)
+                .unwrap();
+        assert_eq!(c.pods, ["ns/a", "ns/b", "ns/c"]);
+        for (pod, uid) in [("ns/a", "u-a"), ("ns/b", "u-b"), ("ns/c", "u-c")] {
+            assert!(c.names_pod(pod, Some(uid)), "{pod}");
+            assert!(!c.names_pod(pod, Some("u-x")), "{pod} with another uid");
+        }
+        assert!(!c.names_pod("ns/d", None));
+        // Built unsorted by hand: still found.
+        let literal = AdminComment {
+            pods: vec!["ns/z".into(), "ns/a".into()],
+            uids: vec!["u-z".into(), "u-a".into()],
+            ..Default::default()
+        };
+        assert!(literal.names_pod("ns/a", Some("u-a")) && literal.names_pod("ns/z", Some("u-z")));
+        assert!(!literal.names_pod("ns/m", None));
     }
 
     #[test]
