@@ -30,6 +30,15 @@ fn phase(p: &Pod) -> Option<&str> {
     p.status.as_ref().and_then(|s| s.phase.as_deref())
 }
 
+/// Waits until pod `name` has Succeeded and the pod controller released it (it decides about
+/// the pod's job in the pass that removes the finalizer).
+async fn wait_released(env: &Env, name: &str) {
+    env.wait_pod(name, "Succeeded and released", WAIT, |p: Option<&Pod>| {
+        p.is_some_and(|p| phase(p) == Some("Succeeded") && !holds_finalizer(p))
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_member_kube_apiserver_will_not_bind_keeps_its_job_while_its_sibling_finishes() {
     let mut env = Env::start(2).await;
@@ -56,13 +65,7 @@ async fn a_gang_member_kube_apiserver_will_not_bind_keeps_its_job_while_its_sibl
     // (deciding about the job in the same pass).
     let first = env.wait_bound(&["duo-0".into()], WAIT).await.remove(0);
     let job = job_id_of(&first);
-    env.wait_pod(
-        "duo-0",
-        "Succeeded and released",
-        WAIT,
-        |p: Option<&Pod>| p.is_some_and(|p| phase(p) == Some("Succeeded") && !holds_finalizer(p)),
-    )
-    .await;
+    wait_released(&env, "duo-0").await;
     let waiting = env.pods().get("duo-1").await.unwrap();
     assert!(
         waiting.spec.as_ref().unwrap().node_name.is_none()
@@ -86,13 +89,7 @@ async fn a_gang_member_kube_apiserver_will_not_bind_keeps_its_job_while_its_sibl
     let second = env.wait_bound(&["duo-1".into()], WAIT).await.remove(0);
     assert_eq!(job_id_of(&second), job, "duo-1 joined its gang's job");
     env.assert_invariants().await;
-    env.wait_pod(
-        "duo-1",
-        "Succeeded and released",
-        WAIT,
-        |p: Option<&Pod>| p.is_some_and(|p| phase(p) == Some("Succeeded") && !holds_finalizer(p)),
-    )
-    .await;
+    wait_released(&env, "duo-1").await;
     env.wait_job_ended(job, WAIT).await;
     env.assert_invariants().await;
 }
