@@ -291,9 +291,14 @@ pub(crate) fn cpu_total(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
 
 /// slurmctld's and slurmrestd's CPU seconds between the snapshots: Slurm's work.
 pub(crate) fn slurm_cpu(before: &CpuSnapshot, after: &CpuSnapshot) -> f64 {
+    cpu_of(before, after, &["slurmctld", "slurmrestd"])
+}
+
+/// CPU seconds of the daemons named `names` between two snapshots.
+pub(crate) fn cpu_of(before: &CpuSnapshot, after: &CpuSnapshot, names: &[&str]) -> f64 {
     cpu_deltas(before, after)
         .iter()
-        .filter(|(d, _)| *d == "slurmctld" || *d == "slurmrestd")
+        .filter(|(d, _)| names.contains(d))
         .map(|(_, c)| c)
         .sum()
 }
