@@ -7,6 +7,8 @@
 #[allow(dead_code)]
 #[path = "e2e/poll.rs"]
 mod poll;
+#[path = "e2e/prometheus.rs"]
+mod prometheus;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,15 +43,17 @@ const READ: [&str; 7] = [
 async fn reads(client: &kube::Client) -> f64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(req).await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("verb=\"GET\"") || l.contains("verb=\"LIST\""))
-        .filter(|l| {
-            READ.iter()
-                .any(|r| l.contains(&format!("resource=\"{r}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let mut reads = 0.0;
+    for verb in ["GET", "LIST"] {
+        for resource in READ {
+            reads += prometheus::sample(
+                &text,
+                "apiserver_request_total",
+                &[("verb", verb), ("resource", resource)],
+            );
+        }
+    }
+    reads
 }
 
 async fn create(client: &kube::Client, obj: serde_json::Value) {

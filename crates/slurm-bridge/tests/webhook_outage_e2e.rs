@@ -17,6 +17,8 @@
 #[allow(dead_code)]
 #[path = "e2e/poll.rs"]
 mod poll;
+#[path = "e2e/prometheus.rs"]
+mod prometheus;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -75,22 +77,28 @@ fn metric_type(kind: &str) -> &'static str {
     }
 }
 
+/// The chart's webhook names (`webhooks[].name`), in both configurations.
+const WEBHOOK_NAMES: [&str; 2] = [
+    "pods.slinky.slurm.net",
+    "managed-namespaces.pods.slinky.slurm.net",
+];
+
 /// How many calls kube-apiserver has made to the chart's webhooks of metric type `ty`
 /// ([`metric_type`]) that failed: refused (`Fail`) or let through (`Ignore`). Counted before
 /// the request is answered, so a call shows here once its request has its answer.
 async fn failed_calls(client: &kube::Client, ty: &str) -> f64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(req).await.unwrap();
-    let ty = format!("type=\"{ty}\"");
-    text.lines()
-        .filter(|l| {
-            (l.starts_with("apiserver_admission_webhook_rejection_count{")
-                || l.starts_with("apiserver_admission_webhook_fail_open_count{"))
-                && l.contains("slinky.slurm.net")
-                && l.contains(&ty)
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let mut failed = 0.0;
+    for metric in [
+        "apiserver_admission_webhook_rejection_count",
+        "apiserver_admission_webhook_fail_open_count",
+    ] {
+        for name in WEBHOOK_NAMES {
+            failed += prometheus::sample(&text, metric, &[("name", name), ("type", ty)]);
+        }
+    }
+    failed
 }
 
 /// Creates one webhook configuration and waits until kube-apiserver calls it: a managed pod's

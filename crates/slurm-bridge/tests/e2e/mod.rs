@@ -15,6 +15,7 @@ pub mod kube_proxy;
 mod objects;
 mod poll;
 mod process;
+pub mod prometheus;
 pub mod tenants;
 mod waits;
 

@@ -1,6 +1,7 @@
 //! The `slurm-bridge` replicas a test runs under leader election, and what it reads of them:
 //! their logs, their write counters (/metrics), the Lease each competes for.
 
+use crate::e2e::prometheus::sample;
 use crate::e2e::{self, Env, NS};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -144,20 +145,6 @@ pub async fn scrape(addr: SocketAddr) -> Option<String> {
         .ok()?
         .ok()
         .map(|r| r.text())
-}
-
-/// The sum of the samples of `name` whose labels include every `labels` pair.
-pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split(['{', ' ']).next().is_some_and(|n| n == name))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Writes of a replica that passed its fence, by target, and those refused.

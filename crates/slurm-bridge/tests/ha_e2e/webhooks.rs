@@ -1,8 +1,9 @@
 //! Admission under HA: two replicas serve the webhooks with certificates of one CA shared through
 //! a Secret, and the API server calls both with the one caBundle.
 
+use crate::e2e::prometheus::sample;
 use crate::e2e::{self, Env, NS, free_port, write_config};
-use crate::replicas::{log_of, sample, scrape, spawn, temp_dir, terminate_all};
+use crate::replicas::{log_of, scrape, spawn, temp_dir, terminate_all};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::Api;
 use serde_json::json;
