@@ -78,7 +78,7 @@ pub(super) async fn follow_pods<S: Slurm>(
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Change<Pod>>,
     triggers: Arc<Triggers>,
 ) {
-    let mut seen: std::collections::HashMap<String, u64> = Default::default();
+    let mut seen = SeenInputs::default();
     let mut siblings = SiblingIndex::default();
     while let Some(first) = changes.recv().await {
         let mut batch = vec![first];
@@ -104,7 +104,7 @@ pub(super) async fn follow_pods<S: Slurm>(
 fn follow_one<S: Slurm>(
     ctx: &Ctx<S>,
     change: Change<Pod>,
-    seen: &mut std::collections::HashMap<String, u64>,
+    seen: &mut SeenInputs,
     siblings: &mut SiblingIndex,
     to_send: &mut Vec<Arc<Pod>>,
     triggers: &Triggers,
@@ -113,21 +113,23 @@ fn follow_one<S: Slurm>(
     match &change {
         Change::Applied(pod) => {
             siblings.applied(pod);
-            let key = pod.metadata.uid.clone().unwrap_or_default();
-            let now = scheduling_inputs(pod);
-            match seen.insert(key, now) {
-                Some(before) if before == now => {}
-                Some(_) => to_send.push(pod.clone()),
-                None => {
-                    tracing::trace!(pod = %crate::k8s::pod_key(pod), "new pod queued");
+            let new = match seen.applied(pod) {
+                Applied::Pass { new } => {
+                    if new {
+                        tracing::trace!(pod = %crate::k8s::pod_key(pod), "new pod queued");
+                    }
                     to_send.push(pod.clone());
-                    wake_siblings(siblings, pod, triggers);
+                    new
                 }
+                Applied::NoPass { new } => new,
+            };
+            if new {
+                wake_siblings(siblings, pod, triggers);
             }
         }
         Change::Deleted(pod) => {
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            seen.remove(uid);
+            seen.0.remove(uid);
             siblings.remove(uid);
             triggers.forget(pod);
             wake_siblings(siblings, pod, triggers);
@@ -138,11 +140,40 @@ fn follow_one<S: Slurm>(
                 .iter()
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
-            seen.retain(|uid, _| live.contains(uid));
+            seen.0.retain(|uid, _| live.contains(uid));
             siblings.retain(|uid| live.contains(uid));
             // The watch was broken: a change may have been missed, or a pass may have run while
             // the store lacked its pod. Every waiting pod gets a pass, whatever `seen` says.
             to_send.extend(cached.into_iter().filter(|p| is_waiting(p)));
+        }
+    }
+}
+
+/// What a pod change asks of the scheduler ([`SeenInputs::applied`]); `new` when the pod was
+/// not cached before (its siblings are woken).
+#[derive(Debug, PartialEq)]
+enum Applied {
+    Pass { new: bool },
+    NoPass { new: bool },
+}
+
+/// Each cached pod's scheduling inputs ([`scheduling_inputs`]) by uid, `None` once it is bound.
+#[derive(Default)]
+struct SeenInputs(std::collections::HashMap<String, Option<u64>>);
+
+impl SeenInputs {
+    /// A pod is passed when it is new or what a pass reads of it changed. A bound pod's node is
+    /// set for good and its pass would do nothing (the pod controller follows it from there), so
+    /// its changes (the Binding's echo, each status write) are neither hashed nor passed.
+    fn applied(&mut self, pod: &Pod) -> Applied {
+        let key = pod.metadata.uid.clone().unwrap_or_default();
+        let now = (!crate::k8s::is_bound(pod)).then(|| scheduling_inputs(pod));
+        let pass = now.is_some();
+        match self.0.insert(key, now) {
+            None if pass => Applied::Pass { new: true },
+            None => Applied::NoPass { new: true },
+            Some(before) if pass && before != now => Applied::Pass { new: false },
+            Some(_) => Applied::NoPass { new: false },
         }
     }
 }
@@ -377,6 +408,33 @@ mod tests {
             .await
             .expect("the resync stops")
             .unwrap();
+    }
+
+    /// An unbound pod is passed when it comes and when what a pass reads changes; from its
+    /// Binding on, none of its changes is (status writes, the Binding's echo), and a pod first
+    /// seen bound is new (its siblings are woken) but not passed.
+    #[test]
+    fn a_bound_pods_changes_start_no_pass() {
+        let pod = |node: Option<&str>, phase: &str, labels: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "uid": "u", "labels": labels},
+                "spec": {"containers": [{"name": "c"}], "nodeName": node},
+                "status": {"phase": phase},
+            }))
+            .unwrap()
+        };
+        let mut seen = SeenInputs::default();
+        let waiting = pod(None, "Pending", json!({}));
+        assert_eq!(seen.applied(&waiting), Applied::Pass { new: true });
+        assert_eq!(seen.applied(&waiting), Applied::NoPass { new: false });
+        let labelled = pod(None, "Pending", json!({"x": "1"}));
+        assert_eq!(seen.applied(&labelled), Applied::Pass { new: false });
+        let bound = pod(Some("node-1"), "Pending", json!({"x": "1"}));
+        assert_eq!(seen.applied(&bound), Applied::NoPass { new: false });
+        let running = pod(Some("node-1"), "Running", json!({"x": "2"}));
+        assert_eq!(seen.applied(&running), Applied::NoPass { new: false });
+        let mut fresh = SeenInputs::default();
+        assert_eq!(fresh.applied(&running), Applied::NoPass { new: true });
     }
 
     #[test]
