@@ -430,9 +430,23 @@ async fn qos_preemption_both_ways_between_pods_and_batch_jobs() {
     jobs.delete("steady", &DeleteParams::background())
         .await
         .unwrap();
-    wait_some("no live external job", WAIT, async || {
-        env.active_job_ids().is_empty().then_some(())
-    })
+    // The job is cancelled as its pod goes, and the pod controller releases the pod after (a
+    // conflict may retry it): the invariants hold once both are done.
+    let pods = Api::<Pod>::namespaced(env.kube.clone(), "team-a");
+    wait_some(
+        "no live external job and no pod of team-a holding the finalizer",
+        WAIT,
+        async || {
+            let held = pods
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .any(slurm_bridge::wellknown::holds_finalizer);
+            (env.active_job_ids().is_empty() && !held).then_some(())
+        },
+    )
     .await;
     env.assert_invariants().await;
     controllers.stop().await;

@@ -64,6 +64,14 @@ pub(crate) fn spawn_bridge(
     // builds compare in one bench build, run after run.
     let bin = std::env::var_os("BENCH_BRIDGE_BIN")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_slurm-bridge").into());
+    // The CPU tally finds the bridge by its process name, the file's: under another name its
+    // CPU would read 0 and the line's total would be too low.
+    assert!(
+        std::path::Path::new(&bin).file_name() == Some("slurm-bridge".as_ref()),
+        "BENCH_BRIDGE_BIN={}: the file must be named slurm-bridge (the CPU tally finds the \
+         bridge by its process name); copy it as <folder>/slurm-bridge",
+        std::path::Path::new(&bin).display()
+    );
     let mut cmd = match heaptrack {
         Some(prefix) => {
             static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -36,6 +36,9 @@ pub(crate) async fn kube_scheduler_burst(
     (t, (cpu_before, cpu_after))
 }
 
+/// The bind floor's namespace, whose pods the Scheduled Events line reports on too.
+const FLOOR_NAMESPACE: &str = "bind-floor";
+
 /// The bind floor: N waiting pods that no scheduler serves, bound by the bench itself,
 /// `workers` Bindings in flight, pod i to node i mod nodes. Returns the time to the last
 /// Binding, the time until the node agent reported every pod Running, and the daemons' CPU
@@ -47,7 +50,7 @@ pub(crate) async fn bind_floor(
     nodes: u32,
     workers: u32,
 ) -> (Duration, Duration, crate::metrics::CpuSpan) {
-    let pods = namespace(kube, "bind-floor").await;
+    let pods = namespace(kube, FLOOR_NAMESPACE).await;
     create_pods(&pods, "floor", n, "nobody").await;
     let running = watch_running(&pods, n as usize);
     let cpu_before = crate::metrics::cpu_by_daemon();
@@ -100,21 +103,22 @@ pub(crate) async fn scheduled_events(
     workers: u32,
 ) -> (Duration, crate::metrics::CpuSpan) {
     use slurm_bridge::k8s::events::{Note, Reporter, build};
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube.client(), "bind-floor");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(kube.client(), FLOOR_NAMESPACE);
     let bound = pods.list(&ListParams::default()).await.expect("list");
     let reporter = Reporter {
         controller: "bench".into(),
         instance: "bench".into(),
     };
     let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(kube.client(), "bind-floor");
+        Api::namespaced(kube.client(), FLOOR_NAMESPACE);
     let cpu_before = crate::metrics::cpu_by_daemon();
     let started = Instant::now();
     futures::stream::iter(bound.items)
         .map(|p| {
             let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
             let note = format!(
-                "Successfully assigned bind-floor/{} to {}",
+                "Successfully assigned {FLOOR_NAMESPACE}/{} to {}",
                 p.metadata.name.as_deref().unwrap_or_default(),
                 node.unwrap_or_default()
             );

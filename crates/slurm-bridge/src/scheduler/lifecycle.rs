@@ -116,6 +116,7 @@ impl<S: Slurm> Lifecycle<S> {
         // A pass for every cached pod first, in the queue's order.
         self.triggers.send_all(&self.ctx.pods.state());
         let passes = self.metrics.passes.clone();
+        let pass_duration = self.metrics.pass_duration.clone();
         let ctx = self.ctx.clone();
         // The workers decide (the queue hands out no more than they are); as many passes again
         // may be in their binding stage sending Bindings, and as many waiting for their turn to
@@ -126,14 +127,18 @@ impl<S: Slurm> Lifecycle<S> {
             move |pod| {
                 passes.inc();
                 let ctx = ctx.clone();
+                let pass_duration = pass_duration.clone();
+                let started = std::time::Instant::now();
                 async move {
-                    match reconcile::reconcile(pod.clone(), ctx.clone()).await {
+                    let action = match reconcile::reconcile(pod.clone(), ctx.clone()).await {
                         Ok(action) => action,
                         Err(e) => {
                             tracing::debug!(error = %e, "reconcile error");
                             reconcile::error_policy(pod, &e, ctx)
                         }
-                    }
+                    };
+                    pass_duration.observe(started.elapsed().as_secs_f64());
+                    action
                 }
             },
             stop.clone(),

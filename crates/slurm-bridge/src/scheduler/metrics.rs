@@ -168,6 +168,8 @@ impl Metrics {
 /// because they are read by the leadership loop, not by reconcile passes.
 pub struct LifecycleMetrics {
     pub passes: Counter,
+    /// How long each pass took, its binding stage included; its count is the passes ended.
+    pub pass_duration: Histogram,
     pub leader: Gauge,
 }
 
@@ -175,6 +177,7 @@ impl LifecycleMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = LifecycleMetrics {
             passes: Counter::default(),
+            pass_duration: Histogram::new(latency_buckets()),
             leader: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix(PREFIX);
@@ -182,6 +185,11 @@ impl LifecycleMetrics {
             "reconcile_passes",
             "Reconcile passes started",
             m.passes.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Time from a reconcile pass's start to its end, its Bindings included",
+            m.pass_duration.clone(),
         );
         r.register(
             "leader",

@@ -116,6 +116,9 @@ pub struct SchedulerHandle {
     pub metrics: Arc<Metrics>,
     /// Reconcile passes started (`slurm_bridge_scheduler_reconcile_passes_total`).
     pub reconcile_passes: Counter,
+    /// Their durations (`slurm_bridge_scheduler_reconcile_duration_seconds`), whose count is the
+    /// passes ended.
+    pub reconcile_duration: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// Runs the scheduler with caches of its own until `shutdown` completes (see [`run_with`]);
@@ -199,6 +202,7 @@ pub async fn run_with<S: Slurm>(
         stopped: stopped_rx,
         metrics,
         reconcile_passes: lifecycle_metrics.passes.clone(),
+        reconcile_duration: lifecycle_metrics.pass_duration.clone(),
     };
     let lifecycle = Lifecycle {
         ctx,

@@ -1,5 +1,6 @@
 //! What the scheduler tests share: a scheduler on caches the test keeps (`start_watched`),
-//! proofs that a pass over a pod has run (`passes_over_alone`, `pass_over_reported`), the pods
+//! proofs that a pass over a pod has run (`passes_over_alone`, `pass_over_reported`) or that the
+//! passes over a bound pod have ended (`passes_ended_once_cached`), the pods
 //! of a workload by label, and coscheduling PodGroups with their members.
 
 use crate::e2e::{self, Env, pod};
@@ -109,6 +110,43 @@ pub async fn passes_over_alone<S: Slurm>(
         )
         .await;
     }
+}
+
+/// Proof that every pass over the bound pod `name` that could have read it otherwise has ended,
+/// for a test whose one pod it is. A bound pod's changes start no pass (pokes bring none, unlike
+/// [`passes_over_alone`]'s unbound pods), and a pass that reads it bound writes nothing. Waits
+/// until the scheduler's own pod cache holds a version `seen` accepts, so every pass that starts
+/// later reads it or a later one, then until as many passes have ended
+/// (`reconcile_duration_seconds`' count) as had started by then.
+pub async fn passes_ended_once_cached<S: Slurm>(
+    env: &Env,
+    watched: &Watched<S>,
+    name: &str,
+    what: &str,
+    seen: impl Fn(&Pod) -> bool,
+) {
+    let key = ObjectRef::<slurm_bridge::k8s::slim_pod::Pod>::new(name).within(e2e::NS);
+    e2e::wait_until(
+        &format!("the scheduler's pod cache holds {name} {what}"),
+        BIND_TIMEOUT,
+        async || {
+            watched
+                .caches
+                .handles
+                .pods
+                .get(&key)
+                .is_some_and(|p| seen(&as_full(&p)))
+        },
+    )
+    .await;
+    let handle = env.handle();
+    let started = handle.reconcile_passes.get();
+    e2e::wait_until(
+        &format!("the {started} passes started once the cache held {name} {what} have ended"),
+        Duration::from_secs(30),
+        async || handle.reconcile_duration.count() >= started,
+    )
+    .await;
 }
 
 /// Proof that the scheduler has made a whole pass over the unbound pod `name` after every change

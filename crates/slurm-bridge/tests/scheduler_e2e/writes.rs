@@ -2,7 +2,7 @@
 //! that reach the Slurm job.
 
 use crate::e2e::{self, Env, job_id_of, pod};
-use crate::support::{BIND_TIMEOUT, passes_over_alone, start_watched};
+use crate::support::{BIND_TIMEOUT, passes_ended_once_cached, start_watched};
 use serde_json::json;
 use std::time::Duration;
 
@@ -31,9 +31,9 @@ async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    // Passes the binding triggers write nothing more: every pass up to one that read the pod
-    // bound has ended.
-    passes_over_alone(&env, &watched, "thrifty", "bound", e2e::node_name_is_set).await;
+    // Every pass that may have read the pod unbound has ended; later ones read it bound and
+    // write nothing.
+    passes_ended_once_cached(&env, &watched, "thrifty", "bound", e2e::node_name_is_set).await;
     let writes = &env.handle().metrics.kube_writes;
     let kinds = [
         write_kind::LABEL,
