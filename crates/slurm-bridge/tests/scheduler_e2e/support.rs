@@ -69,17 +69,9 @@ pub async fn poke(env: &Env, name: &str, value: u64) {
         .unwrap();
 }
 
-/// Proof that the scheduler has made, and ended, a pass over the pod `name` that read it as
-/// `seen` accepts it, and ended every pass before that one. Only for a test whose one pod it is:
-/// the scheduler's pass counter then counts this pod's passes alone, and the controller runs one
-/// pass per pod at a time.
-///
-/// Waits until the scheduler's own pod cache holds a version `seen` accepts; every pass that
-/// starts after that reads it or a later one. Then the pod is poked twice: the first poke brings
-/// a pass that starts after the cache was seen, the second, sent once that pass has started,
-/// brings another after it; when the second has started, the first has ended.
-pub async fn passes_over_alone<S: Slurm>(
-    env: &Env,
+/// Waits until the scheduler's own pod cache holds a version of the pod `name` that `seen`
+/// accepts: every pass that starts after that reads it or a later one.
+async fn cache_holds<S: Slurm>(
     watched: &Watched<S>,
     name: &str,
     what: &str,
@@ -99,6 +91,25 @@ pub async fn passes_over_alone<S: Slurm>(
         },
     )
     .await;
+}
+
+/// Proof that the scheduler has made, and ended, a pass over the pod `name` that read it as
+/// `seen` accepts it, and ended every pass before that one. Only for a test whose one pod it is:
+/// the scheduler's pass counter then counts this pod's passes alone, and the controller runs one
+/// pass per pod at a time.
+///
+/// Waits until the scheduler's own pod cache holds a version `seen` accepts; every pass that
+/// starts after that reads it or a later one. Then the pod is poked twice: the first poke brings
+/// a pass that starts after the cache was seen, the second, sent once that pass has started,
+/// brings another after it; when the second has started, the first has ended.
+pub async fn passes_over_alone<S: Slurm>(
+    env: &Env,
+    watched: &Watched<S>,
+    name: &str,
+    what: &str,
+    seen: impl Fn(&Pod) -> bool,
+) {
+    cache_holds(watched, name, what, seen).await;
     let passes = env.handle().reconcile_passes.clone();
     let seen_at = passes.get();
     for i in 1..=2 {
@@ -125,20 +136,7 @@ pub async fn passes_ended_once_cached<S: Slurm>(
     what: &str,
     seen: impl Fn(&Pod) -> bool,
 ) {
-    let key = ObjectRef::<slurm_bridge::k8s::slim_pod::Pod>::new(name).within(e2e::NS);
-    e2e::wait_until(
-        &format!("the scheduler's pod cache holds {name} {what}"),
-        BIND_TIMEOUT,
-        async || {
-            watched
-                .caches
-                .handles
-                .pods
-                .get(&key)
-                .is_some_and(|p| seen(&as_full(&p)))
-        },
-    )
-    .await;
+    cache_holds(watched, name, what, seen).await;
     let handle = env.handle();
     let started = handle.reconcile_passes.get();
     e2e::wait_until(
