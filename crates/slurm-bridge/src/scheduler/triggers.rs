@@ -113,23 +113,20 @@ fn follow_one<S: Slurm>(
     match &change {
         Change::Applied(pod) => {
             siblings.applied(pod);
-            let new = match seen.applied(pod) {
-                Applied::Pass { new } => {
-                    if new {
-                        tracing::trace!(pod = %crate::k8s::pod_key(pod), "new pod queued");
-                    }
-                    to_send.push(pod.clone());
-                    new
+            let applied = seen.applied(pod);
+            if applied.pass {
+                if applied.new {
+                    tracing::trace!(pod = %crate::k8s::pod_key(pod), "new pod queued");
                 }
-                Applied::NoPass { new } => new,
-            };
-            if new {
+                to_send.push(pod.clone());
+            }
+            if applied.new {
                 wake_siblings(siblings, pod, triggers);
             }
         }
         Change::Deleted(pod) => {
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            seen.0.remove(uid);
+            seen.forget(uid);
             siblings.remove(uid);
             triggers.forget(pod);
             wake_siblings(siblings, pod, triggers);
@@ -140,7 +137,7 @@ fn follow_one<S: Slurm>(
                 .iter()
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
-            seen.0.retain(|uid, _| live.contains(uid));
+            seen.keep_only(&live);
             siblings.retain(|uid| live.contains(uid));
             // The watch was broken: a change may have been missed, or a pass may have run while
             // the store lacked its pod. Every waiting pod gets a pass, whatever `seen` says.
@@ -149,12 +146,12 @@ fn follow_one<S: Slurm>(
     }
 }
 
-/// What a pod change asks of the scheduler ([`SeenInputs::applied`]); `new` when the pod was
-/// not cached before (its siblings are woken).
+/// What a pod change asks of the scheduler ([`SeenInputs::applied`]): a pass, and whether the
+/// pod was not cached before (its siblings are woken).
 #[derive(Debug, PartialEq)]
-enum Applied {
-    Pass { new: bool },
-    NoPass { new: bool },
+struct Applied {
+    pass: bool,
+    new: bool,
 }
 
 /// Each cached pod's scheduling inputs ([`scheduling_inputs`]) by uid, `None` once it is bound.
@@ -168,13 +165,20 @@ impl SeenInputs {
     fn applied(&mut self, pod: &Pod) -> Applied {
         let key = pod.metadata.uid.clone().unwrap_or_default();
         let now = (!crate::k8s::is_bound(pod)).then(|| scheduling_inputs(pod));
-        let pass = now.is_some();
-        match self.0.insert(key, now) {
-            None if pass => Applied::Pass { new: true },
-            None => Applied::NoPass { new: true },
-            Some(before) if pass && before != now => Applied::Pass { new: false },
-            Some(_) => Applied::NoPass { new: false },
+        let before = self.0.insert(key, now);
+        Applied {
+            pass: now.is_some() && before != Some(now),
+            new: before.is_none(),
         }
+    }
+
+    fn forget(&mut self, uid: &str) {
+        self.0.remove(uid);
+    }
+
+    /// Forgets the pods whose uids `live` lacks (gone while a watch was broken).
+    fn keep_only(&mut self, live: &std::collections::HashSet<String>) {
+        self.0.retain(|uid, _| live.contains(uid));
     }
 }
 
@@ -425,16 +429,52 @@ mod tests {
         };
         let mut seen = SeenInputs::default();
         let waiting = pod(None, "Pending", json!({}));
-        assert_eq!(seen.applied(&waiting), Applied::Pass { new: true });
-        assert_eq!(seen.applied(&waiting), Applied::NoPass { new: false });
+        assert_eq!(
+            seen.applied(&waiting),
+            Applied {
+                pass: true,
+                new: true
+            }
+        );
+        assert_eq!(
+            seen.applied(&waiting),
+            Applied {
+                pass: false,
+                new: false
+            }
+        );
         let labelled = pod(None, "Pending", json!({"x": "1"}));
-        assert_eq!(seen.applied(&labelled), Applied::Pass { new: false });
+        assert_eq!(
+            seen.applied(&labelled),
+            Applied {
+                pass: true,
+                new: false
+            }
+        );
         let bound = pod(Some("node-1"), "Pending", json!({"x": "1"}));
-        assert_eq!(seen.applied(&bound), Applied::NoPass { new: false });
+        assert_eq!(
+            seen.applied(&bound),
+            Applied {
+                pass: false,
+                new: false
+            }
+        );
         let running = pod(Some("node-1"), "Running", json!({"x": "2"}));
-        assert_eq!(seen.applied(&running), Applied::NoPass { new: false });
+        assert_eq!(
+            seen.applied(&running),
+            Applied {
+                pass: false,
+                new: false
+            }
+        );
         let mut fresh = SeenInputs::default();
-        assert_eq!(fresh.applied(&running), Applied::NoPass { new: true });
+        assert_eq!(
+            fresh.applied(&running),
+            Applied {
+                pass: false,
+                new: true
+            }
+        );
     }
 
     #[test]
