@@ -92,6 +92,7 @@ async fn a_bound_pod_costs_at_most_three_kubernetes_writes() {
         "{scheduled:?}"
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
