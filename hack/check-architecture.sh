@@ -253,8 +253,17 @@ done < <(comm -23 "$WORK/e2e_unchecked" "$WORK/e2e_listed")
 while read -r f t; do
     fail "$DOC lists $f $t as an e2e test without assert_invariants: it is not (any more)"
 done < <(comm -13 "$WORK/e2e_unchecked" "$WORK/e2e_listed")
-echo "  $(wc -l <"$WORK/e2e") e2e tests: $(grep -c '^checked' "$WORK/e2e" || true) reach" \
-    "assert_invariants, $(wc -l <"$WORK/e2e_unchecked") do not; $(wc -l <"$WORK/e2e_listed") listed"
+e2e_all=$(wc -l <"$WORK/e2e")
+e2e_checked=$(grep -c '^checked' "$WORK/e2e" || true)
+e2e_unchecked=$(wc -l <"$WORK/e2e_unchecked")
+# The prose above the list states the three counts; they must be today's.
+stated=$(tr '\n' ' ' <"$DOC" | grep -o 'At this writing [0-9]* tests are e2e tests, [0-9]* reach *`assert_invariants`, and these [0-9]* do not' || true)
+expected="At this writing $e2e_all tests are e2e tests, $e2e_checked reach \`assert_invariants\`, and these $e2e_unchecked do not"
+if [[ ${stated//  / } != "$expected" ]]; then
+    fail "$DOC states \"${stated:-no counts}\" above its list; the tests say \"$expected\""
+fi
+echo "  $e2e_all e2e tests: $e2e_checked reach" \
+    "assert_invariants, $e2e_unchecked do not; $(wc -l <"$WORK/e2e_listed") listed"
 
 if ((FAILED)); then
     echo "check-architecture: FAILED"
