@@ -153,6 +153,8 @@ pub struct Runtime {
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     /// True from the runtime's answer to RegisterPlugin until that connection ends.
     registered: Arc<watch::Sender<bool>>,
+    /// True from the plugin's answer to that connection's Synchronize until it ends.
+    synchronized: Arc<watch::Sender<bool>>,
 }
 
 impl Default for Runtime {
@@ -160,6 +162,7 @@ impl Default for Runtime {
         Runtime {
             conn: Arc::default(),
             registered: Arc::new(watch::Sender::new(false)),
+            synchronized: Arc::new(watch::Sender::new(false)),
         }
     }
 }
@@ -169,6 +172,7 @@ impl std::fmt::Debug for Runtime {
         f.debug_struct("Runtime")
             .field("connected", &self.is_connected())
             .field("registered", &self.is_registered())
+            .field("synchronized", &self.is_synchronized())
             .finish()
     }
 }
@@ -193,6 +197,17 @@ impl Runtime {
     /// [`Runtime::is_registered`], as a watch that sees each change.
     pub fn registered(&self) -> watch::Receiver<bool> {
         self.registered.subscribe()
+    }
+
+    /// True from the plugin's answer to the connection's Synchronize (its last part) until the
+    /// connection ends: the runtime passes its container events to the plugin only from then on.
+    pub fn is_synchronized(&self) -> bool {
+        *self.synchronized.borrow()
+    }
+
+    /// [`Runtime::is_synchronized`], as a watch that sees each change.
+    pub fn synchronized(&self) -> watch::Receiver<bool> {
+        self.synchronized.subscribe()
     }
 
     /// Asks the runtime to update running containers (e.g. [`ContainerUpdate::cpuset`] to
@@ -233,6 +248,7 @@ impl Runtime {
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             *cur = None;
             self.registered.send_replace(false);
+            self.synchronized.send_replace(false);
         }
     }
 
@@ -242,6 +258,14 @@ impl Runtime {
         let cur = self.conn.lock().expect("runtime handle lock");
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             self.registered.send_replace(true);
+        }
+    }
+
+    /// `conn` answered its Synchronize: marked so while it is the current connection.
+    fn mark_synchronized(&self, conn: &Arc<Conn>) {
+        let cur = self.conn.lock().expect("runtime handle lock");
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            self.synchronized.send_replace(true);
         }
     }
 }
@@ -283,11 +307,27 @@ pub async fn run_with<H: Handler>(
         runtime,
         conn: conn.clone(),
     };
-    session(read, &conn, plugin_name, plugin_idx, handler, || {
-        runtime.mark_registered(&conn)
-    })
+    let synchronized: OnSynchronized = {
+        let (runtime, conn) = (runtime.clone(), Arc::downgrade(&conn));
+        Arc::new(move || {
+            if let Some(conn) = conn.upgrade() {
+                runtime.mark_synchronized(&conn);
+            }
+        })
+    };
+    session(
+        read,
+        &conn,
+        (plugin_name, plugin_idx),
+        handler,
+        || runtime.mark_registered(&conn),
+        synchronized,
+    )
     .await
 }
+
+/// Called once the plugin's answer to the last part of a Synchronize has been sent.
+type OnSynchronized = Arc<dyn Fn() + Send + Sync>;
 
 /// Detaches a connection from its [`Runtime`] handle and fails its calls in flight when the
 /// connection ends, however it ends; the socket closes once the last task using it is gone.
@@ -306,12 +346,12 @@ impl Drop for Attached<'_> {
 async fn session<H: Handler>(
     read: OwnedReadHalf,
     conn: &Arc<Conn>,
-    plugin_name: &str,
-    plugin_idx: &str,
+    (plugin_name, plugin_idx): (&str, &str),
     handler: Arc<H>,
     on_registered: impl FnOnce(),
+    on_synchronized: OnSynchronized,
 ) -> Result<(), Error> {
-    let serve = serve(read, conn.clone(), handler);
+    let serve = serve(read, conn.clone(), handler, on_synchronized);
     tokio::pin!(serve);
     let request = RegisterPluginRequest {
         plugin_name: plugin_name.to_string(),
@@ -470,6 +510,7 @@ async fn serve<H: Handler>(
     mut read: OwnedReadHalf,
     conn: Arc<Conn>,
     handler: Arc<H>,
+    on_synchronized: OnSynchronized,
 ) -> Result<(), Error> {
     let mut demux = Demux::default();
     let mut buf = vec![0u8; 64 * 1024];
@@ -483,7 +524,12 @@ async fn serve<H: Handler>(
             match (conn_id, msg.kind) {
                 (PLUGIN_SERVICE_CONN, TYPE_REQUEST) => {
                     let (conn, handler) = (conn.clone(), handler.clone());
-                    tasks.spawn(async move { answer(&conn, &*handler, msg).await });
+                    let synchronized = on_synchronized.clone();
+                    tasks.spawn(async move {
+                        if answer(&conn, &*handler, msg).await {
+                            synchronized();
+                        }
+                    });
                 }
                 (RUNTIME_SERVICE_CONN, TYPE_RESPONSE) => conn.answered(msg),
                 (c, kind) => {
@@ -500,8 +546,8 @@ async fn serve<H: Handler>(
     }
 }
 
-/// Answers one call of the plugin service.
-async fn answer<H: Handler>(conn: &Conn, handler: &H, msg: TtrpcMessage) {
+/// Answers one call of the plugin service; true when the answer sent ended a synchronization.
+async fn answer<H: Handler>(conn: &Conn, handler: &H, msg: TtrpcMessage) -> bool {
     let started = Instant::now();
     let (method, deadline, result) = match frame::Request::decode(msg.data.as_slice()) {
         Err(e) => (
@@ -531,11 +577,18 @@ async fn answer<H: Handler>(conn: &Conn, handler: &H, msg: TtrpcMessage) {
     if deadline > 0 && took > Duration::from_nanos(deadline as u64) {
         tracing::warn!(%method, took_ms = took.as_millis() as u64, "NRI: answered after the runtime's deadline; the runtime drops the plugin");
     }
+    let mut synchronized = false;
     let resp = match result {
-        Ok(payload) => frame::Response {
-            status: Some(frame::Status::default()),
+        Ok(Answer {
             payload,
-        },
+            synchronized: ends_sync,
+        }) => {
+            synchronized = ends_sync;
+            frame::Response {
+                status: Some(frame::Status::default()),
+                payload,
+            }
+        }
         Err(s) => {
             tracing::debug!(%method, code = s.code, message = %s.message, "NRI: call failed");
             frame::Response {
@@ -552,7 +605,9 @@ async fn answer<H: Handler>(conn: &Conn, handler: &H, msg: TtrpcMessage) {
     };
     if let Err(e) = conn.send(PLUGIN_SERVICE_CONN, &reply).await {
         tracing::warn!(%method, error = %e, "NRI: could not answer the runtime");
+        return false;
     }
+    synchronized
 }
 
 fn status(code: i32, message: String) -> frame::Status {
@@ -563,13 +618,20 @@ fn decode<M: Message + Default>(method: &str, payload: &[u8]) -> Result<M, frame
     M::decode(payload).map_err(|e| status(CODE_INVALID_ARGUMENT, format!("{method}: {e}")))
 }
 
+/// A call's encoded result, and whether it answers the last part of a Synchronize.
+struct Answer {
+    payload: Vec<u8>,
+    synchronized: bool,
+}
+
 /// Runs the handler method behind `method`; the encoded result or an error status.
 async fn dispatch<H: Handler>(
     conn: &Conn,
     handler: &H,
     method: &str,
     payload: &[u8],
-) -> Result<Vec<u8>, frame::Status> {
+) -> Result<Answer, frame::Status> {
+    let mut synchronized = false;
     let out = match method {
         "Configure" => {
             let req: ConfigureRequest = decode(method, payload)?;
@@ -595,11 +657,14 @@ async fn dispatch<H: Handler>(
                 containers.extend(req.containers);
                 if req.more {
                     // A part of a split request: acknowledge it, answer after the last one.
-                    return Ok(SynchronizeResponse {
-                        update: Vec::new(),
-                        more: true,
-                    }
-                    .encode_to_vec());
+                    return Ok(Answer {
+                        payload: SynchronizeResponse {
+                            update: Vec::new(),
+                            more: true,
+                        }
+                        .encode_to_vec(),
+                        synchronized: false,
+                    });
                 }
                 parts.take().unwrap_or_default()
             };
@@ -609,6 +674,7 @@ async fn dispatch<H: Handler>(
                 "NRI: synchronizing"
             );
             let update = handler.synchronize(pods, containers).await;
+            synchronized = true;
             SynchronizeResponse {
                 update,
                 more: false,
@@ -679,7 +745,10 @@ async fn dispatch<H: Handler>(
         }
         other => return Err(status(CODE_UNIMPLEMENTED, format!("method {other}"))),
     };
-    Ok(out)
+    Ok(Answer {
+        payload: out,
+        synchronized,
+    })
 }
 
 #[cfg(test)]

@@ -181,6 +181,7 @@ async fn a_whole_session_against_a_scripted_runtime() {
     let listener = UnixListener::bind(&path).unwrap();
     let runtime = Runtime::new();
     let mut registered = runtime.registered();
+    let mut synchronized = runtime.synchronized();
     let plugin = tokio::spawn({
         let (path, runtime) = (path.clone(), runtime.clone());
         async move { run_with(&path, "test-pinner", "10", Arc::new(Pinner), &runtime).await }
@@ -230,6 +231,10 @@ async fn a_whole_session_against_a_scripted_runtime() {
     };
     let r: SynchronizeResponse = rt.ok("Synchronize", part1.encode_to_vec()).await;
     assert!(r.more && r.update.is_empty());
+    assert!(
+        runtime.is_registered() && !runtime.is_synchronized(),
+        "registered, not synchronized before the last part's answer"
+    );
     let part2 = SynchronizeRequest {
         pods: vec![],
         containers: vec![container("c2", "b")],
@@ -243,6 +248,10 @@ async fn a_whole_session_against_a_scripted_runtime() {
         .map(|u| (u.container_id.as_str(), cpus_of(u)))
         .collect();
     assert_eq!(ids, [("c1", "0"), ("c2", "0")]);
+    tokio::time::timeout(Duration::from_secs(5), synchronized.wait_for(|s| *s))
+        .await
+        .expect("synchronized once the last part was answered")
+        .unwrap();
 
     // CreateContainer: adjusted, then refused with the handler's message.
     let req = CreateContainerRequest {
@@ -315,6 +324,10 @@ async fn a_whole_session_against_a_scripted_runtime() {
     assert!(
         !runtime.is_registered(),
         "not registered once the connection ended"
+    );
+    assert!(
+        !runtime.is_synchronized(),
+        "not synchronized once the connection ended"
     );
     let err = runtime.update_containers(vec![]).await.unwrap_err();
     assert!(matches!(err, Error::NotConnected), "{err}");

@@ -67,6 +67,8 @@ const HYBRID_LABEL: &str = "slinky.slurm.net/hybrid";
 const NODE_AGENT: &str = "node-agent";
 /// The node agent's line once containerd registered it as an NRI plugin.
 const AGENT_REGISTERED: &str = "NRI: registered with the runtime";
+/// The node agent's line when containerd's synchronization reaches it (after registration).
+const AGENT_SYNCHRONIZING: &str = "NRI: synchronizing";
 /// What the agent logs when its /readyz turns 200.
 const AGENT_READY: &str = "node agent ready";
 /// The extended resource of the `dra.cpu` DeviceClass, served by the agent (`nodeAgent.draCpu`).
@@ -396,11 +398,14 @@ async fn check_agent_pods(env: &Env) -> BTreeMap<String, String> {
         )
         .await;
         // Ready came from the agent's own readiness (the kubelet saw /readyz answer 200), and
-        // that only after containerd registered it.
-        let (registered, ready) = (logs.find(AGENT_REGISTERED), logs.find(AGENT_READY));
+        // that only after containerd registered and synchronized it.
+        let at = |text| logs.find(text);
         assert!(
-            matches!((registered, ready), (Some(r), Some(d)) if r < d),
-            "{name}: registered with containerd, then ready:\n{logs}"
+            matches!(
+                (at(AGENT_REGISTERED), at(AGENT_SYNCHRONIZING), at(AGENT_READY)),
+                (Some(r), Some(s), Some(d)) if r < s && s < d
+            ),
+            "{name}: registered with containerd, synchronized, then ready:\n{logs}"
         );
         let node = e2e::node_of(&p);
         assert!(

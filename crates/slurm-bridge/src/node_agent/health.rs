@@ -2,10 +2,11 @@
 //!
 //! Ready means the agent is doing its job on this node right now:
 //!
-//! - it is registered with containerd's NRI: from the runtime's answer to RegisterPlugin until
-//!   that connection ends (containerd restarted, or dropped the plugin after a late answer);
-//!   in between, containers are created without the agent, so it is not ready until it has
-//!   reconnected and registered again;
+//! - it is registered with containerd's NRI and has answered that connection's Synchronize
+//!   (re-pinned the running containers), until that connection ends (containerd restarted, or
+//!   dropped the plugin after a late answer); containerd passes container creations to the
+//!   agent only once it has synchronized, and not at all between connections, so the agent is
+//!   not ready until it has reconnected, registered and synchronized again;
 //! - with `--dra-cpu`, also: the kubelet registered its `dra.cpu` plugin (NotifyRegistrationStatus
 //!   said registered; the kubelet does not say when it forgets a plugin, so this stays true
 //!   once seen), and the last check of the node's `dra.cpu` ResourceSlices succeeded (published
@@ -24,12 +25,38 @@ const NOT_REGISTERED: &str = "not registered with containerd's NRI yet";
 /// Why after a registered connection ended.
 const DISCONNECTED: &str =
     "the NRI connection to containerd ended (containerd restarted?); reconnecting";
+/// Why between registration and the answer to the runtime's Synchronize.
+const SYNCHRONIZING: &str =
+    "registered with containerd's NRI, still synchronizing its running containers";
+
+/// Where the agent's connection to containerd's NRI stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Nri {
+    /// No registered connection.
+    #[default]
+    Down,
+    /// Registered; the runtime's Synchronize not answered yet.
+    Registered,
+    /// Registered and synchronized: the runtime passes container events to the agent.
+    Synchronized,
+}
+
+impl Nri {
+    /// The connection's state from the runtime handle's two watches.
+    pub fn of(registered: bool, synchronized: bool) -> Nri {
+        match (registered, synchronized) {
+            (true, true) => Nri::Synchronized,
+            (true, false) => Nri::Registered,
+            (false, _) => Nri::Down,
+        }
+    }
+}
 
 /// The parts of readiness, as the agent last saw them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct State {
-    /// Registered with the runtime now.
-    nri: bool,
+    /// The NRI connection now.
+    nri: Nri,
     /// Registered at least once before (so not registered now means disconnected).
     nri_was: bool,
     /// `Some` with `--dra-cpu`.
@@ -45,15 +72,11 @@ struct DraState {
 
 impl State {
     fn not_ready(&self) -> Option<String> {
-        if !self.nri {
-            return Some(
-                if self.nri_was {
-                    DISCONNECTED
-                } else {
-                    NOT_REGISTERED
-                }
-                .into(),
-            );
+        match self.nri {
+            Nri::Down if self.nri_was => return Some(DISCONNECTED.into()),
+            Nri::Down => return Some(NOT_REGISTERED.into()),
+            Nri::Registered => return Some(SYNCHRONIZING.into()),
+            Nri::Synchronized => {}
         }
         let dra = self.dra.as_ref()?;
         if !dra.kubelet_registered {
@@ -76,8 +99,8 @@ pub struct Health {
 }
 
 impl Health {
-    /// Not ready until NRI registration; with `dra_cpu`, also until the kubelet registered the
-    /// plugin and the slices are published.
+    /// Not ready until registered with NRI and synchronized; with `dra_cpu`, also until the
+    /// kubelet registered the plugin and the slices are published.
     pub fn new(dra_cpu: bool) -> Health {
         let state = State {
             dra: dra_cpu.then(DraState::default),
@@ -116,11 +139,11 @@ impl Health {
         });
     }
 
-    /// Registered with containerd's NRI (true), or that connection ended (false).
-    pub fn set_nri_registered(&self, registered: bool) {
+    /// Where the connection to containerd's NRI stands now.
+    pub fn set_nri(&self, nri: Nri) {
         self.update(|s| {
-            s.nri = registered;
-            s.nri_was |= registered;
+            s.nri = nri;
+            s.nri_was |= nri != Nri::Down;
         });
     }
 
@@ -201,23 +224,29 @@ impl Metrics {
     }
 }
 
-/// Follows `registered` (the NRI connection's registration) into `health` and `metrics` until
-/// the watch's sender is gone.
+/// Follows the NRI connection (`registered`, `synchronized`: the runtime handle's watches) into
+/// `health` and `metrics` until either watch's sender is gone.
 pub async fn follow_nri(
     mut registered: watch::Receiver<bool>,
+    mut synchronized: watch::Receiver<bool>,
     health: Health,
     metrics: Arc<Metrics>,
 ) {
     let mut was = false;
     loop {
         let now = *registered.borrow_and_update();
+        let synced = *synchronized.borrow_and_update();
         if now && !was {
             metrics.nri_registrations.inc();
         }
         metrics.nri_registered.set(i64::from(now));
-        health.set_nri_registered(now);
+        health.set_nri(Nri::of(now, synced));
         was = now;
-        if registered.changed().await.is_err() {
+        let changed = tokio::select! {
+            r = registered.changed() => r,
+            s = synchronized.changed() => s,
+        };
+        if changed.is_err() {
             return;
         }
     }
@@ -229,24 +258,28 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn ready_only_while_registered_with_nri() {
+    fn ready_only_while_registered_with_nri_and_synchronized() {
         let h = Health::new(false);
         let reason = h.not_ready();
         assert_eq!(reason.borrow().as_deref(), Some(NOT_REGISTERED));
-        h.set_nri_registered(true);
+        h.set_nri(Nri::Registered);
+        assert_eq!(reason.borrow().as_deref(), Some(SYNCHRONIZING));
+        h.set_nri(Nri::Synchronized);
         assert!(h.is_ready());
         assert_eq!(*reason.borrow(), None);
-        // containerd restarted: not ready, saying so, until registered again.
-        h.set_nri_registered(false);
+        // containerd restarted: not ready, saying so, until registered and synchronized again.
+        h.set_nri(Nri::Down);
         assert_eq!(reason.borrow().as_deref(), Some(DISCONNECTED));
-        h.set_nri_registered(true);
+        h.set_nri(Nri::Registered);
+        assert_eq!(reason.borrow().as_deref(), Some(SYNCHRONIZING));
+        h.set_nri(Nri::Synchronized);
         assert!(h.is_ready());
     }
 
     #[test]
     fn with_dra_cpu_ready_needs_the_kubelet_and_the_slices_too() {
         let h = Health::new(true);
-        h.set_nri_registered(true);
+        h.set_nri(Nri::Synchronized);
         assert!(h.not_ready().borrow().as_ref().unwrap().contains("kubelet"));
         h.set_kubelet_registered();
         assert!(
@@ -267,24 +300,25 @@ mod tests {
         h.set_slices(Ok(()));
         assert!(h.is_ready());
         // NRI comes first.
-        h.set_nri_registered(false);
+        h.set_nri(Nri::Down);
         assert_eq!(h.not_ready().borrow().as_deref(), Some(DISCONNECTED));
         // Without --dra-cpu, the DRA parts are ignored.
         let plain = Health::new(false);
         plain.set_slices(Err("x".into()));
-        plain.set_nri_registered(true);
+        plain.set_nri(Nri::Synchronized);
         assert!(plain.is_ready());
     }
 
-    /// The NRI connection's registration, followed: ready after registration, not after a
-    /// disconnect until registered again; registrations counted.
+    /// The NRI connection followed: ready once registered and synchronized, not after a
+    /// disconnect until both again; registrations counted.
     #[tokio::test]
-    async fn following_the_nri_registration() {
+    async fn following_the_nri_connection() {
         let (tx, rx) = watch::channel(false);
+        let (sync_tx, sync_rx) = watch::channel(false);
         let h = Health::new(false);
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry);
-        let follow = tokio::spawn(follow_nri(rx, h.clone(), m.clone()));
+        let follow = tokio::spawn(follow_nri(rx, sync_rx, h.clone(), m.clone()));
         let mut reason = h.not_ready();
         let wait = async |reason: &mut watch::Receiver<Option<String>>, ready: bool| {
             tokio::time::timeout(
@@ -301,15 +335,26 @@ mod tests {
             Some(NOT_REGISTERED)
         );
         tx.send_replace(true);
-        wait(&mut reason, true).await;
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            reason.wait_for(|r| r.as_deref() == Some(SYNCHRONIZING)),
+        )
+        .await
+        .expect("registered, synchronizing")
+        .unwrap();
         assert_eq!(m.nri_registered.get(), 1);
+        sync_tx.send_replace(true);
+        wait(&mut reason, true).await;
+        // The runtime handle clears both when the connection ends.
         tx.send_replace(false);
+        sync_tx.send_replace(false);
         assert_eq!(
             wait(&mut reason, false).await.as_deref(),
             Some(DISCONNECTED)
         );
         assert_eq!(m.nri_registered.get(), 0);
         tx.send_replace(true);
+        sync_tx.send_replace(true);
         wait(&mut reason, true).await;
         assert_eq!(m.nri_registrations.get(), 2);
         drop(tx);

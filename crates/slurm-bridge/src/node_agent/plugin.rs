@@ -261,7 +261,7 @@ impl<S: SlurmJobs> Handler for Agent<S> {
 /// Serves the runtime on `socket` for good: reconnects (1 s, then up to 30 s apart) whenever
 /// the runtime closes the connection or is not there yet; each connection starts with a
 /// synchronization that re-pins the containers already running. `health` follows the
-/// connection's registration (ready while registered), as does the agent's metrics.
+/// connection (ready once registered and synchronized), as do the agent's metrics.
 pub async fn serve<S: SlurmJobs>(
     agent: Agent<S>,
     socket: &Path,
@@ -271,6 +271,7 @@ pub async fn serve<S: SlurmJobs>(
     let runtime = Runtime::new();
     let follow = tokio::spawn(health::follow_nri(
         runtime.registered(),
+        runtime.synchronized(),
         health,
         agent.metrics.clone(),
     ));

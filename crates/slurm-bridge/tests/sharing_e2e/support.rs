@@ -137,12 +137,22 @@ impl NodeAgent {
         (code, body)
     }
 
-    /// Waits until the agent's /readyz answers 200.
+    /// Waits until the agent's /readyz answers 200, and checks it turned ready only after
+    /// containerd's synchronization (before it, containerd creates containers without it).
     pub async fn wait_ready(&self) {
         wait_some("the node agent's /readyz answers 200", WAIT, async || {
             (self.get("/readyz").await.0 == 200).then_some(())
         })
         .await;
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        let at = |text: &str| {
+            log.find(text)
+                .unwrap_or_else(|| panic!("the agent's log lacks {text:?}:\n{log}"))
+        };
+        assert!(
+            at("NRI: synchronizing") < at("node agent ready"),
+            "the agent turned ready before containerd's synchronization:\n{log}"
+        );
     }
 
     /// Waits until the agent's log has `text`.

@@ -353,7 +353,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), r.registered.notified())
             .await
             .unwrap();
-        r.health.set_nri_registered(true);
+        r.health
+            .set_nri(crate::node_agent::health::Nri::Synchronized);
         let why = r.health.not_ready().borrow().clone().unwrap();
         assert!(why.contains("ResourceSlices"), "past the kubelet: {why}");
         let e = r.call("/x.Y/Z", Bytes::new()).await.unwrap_err();
