@@ -146,6 +146,7 @@ fn pool() -> PortPool {
             .iter()
             .filter_map(|key| v.get(key)?.as_u64())
             .chain(slurmd)
+            .chain(held_for_process(v))
             .map(|p| p as u16)
             .collect()
         },
@@ -155,6 +156,38 @@ fn pool() -> PortPool {
 /// Reserves `n` ports of slurm-testenv's pool (see [`PortPool::reserve`]).
 pub(crate) fn reserve<T>(n: usize, persist: impl FnOnce(&[u16]) -> Result<T>) -> Result<T> {
     pool().reserve(n, persist)
+}
+
+/// The key of a [`reserve_for_process`] record.
+const FOR_PROCESS: &str = "reserved_for_process";
+
+fn held_for_process(v: &serde_json::Value) -> impl Iterator<Item = u64> + '_ {
+    v.get(FOR_PROCESS)
+        .and_then(|p| p.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_u64())
+}
+
+/// Reserves `n` ports of slurm-testenv's pool for a process the caller starts itself (a test's
+/// server, told its address before it starts). Unlike a port the kernel picks, no outgoing
+/// connection and no other reservation can take one before that process binds it. The record
+/// is a folder without an instance, which [`crate::sweep_stale`] removes 5 minutes on.
+pub fn reserve_for_process(n: usize) -> Result<Vec<u16>> {
+    reserve(n, |ports| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = run_dir().join(format!("ports-{}-{nanos}", std::process::id()));
+        let record = serde_json::json!({ FOR_PROCESS: ports }).to_string();
+        fs::create_dir_all(&dir)
+            .and_then(|()| fs::write(dir.join("meta.json"), record))
+            .map_err(|source| Error::Io {
+                context: format!("record reserved ports in {}", dir.display()),
+                source,
+            })?;
+        Ok(ports.to_vec())
+    })
 }
 
 impl From<PortError> for Error {
@@ -193,6 +226,14 @@ mod tests {
         assert_eq!(ports.len(), 3);
         assert!(ports[0] != ports[1] && ports[1] != ports[2] && ports[0] != ports[2]);
         assert!(ports.iter().all(|p| *p >= LOW && *p < ephemeral_range().0));
+    }
+
+    #[test]
+    fn ports_reserved_for_a_process_are_not_handed_out_again() {
+        let held = reserve_for_process(2).unwrap();
+        assert!(held.iter().all(|p| *p >= LOW && *p < ephemeral_range().0));
+        let recorded = pool().recorded_ports();
+        assert!(held.iter().all(|p| recorded.contains(p)), "{held:?}");
     }
 
     #[test]

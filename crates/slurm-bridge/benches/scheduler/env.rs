@@ -44,12 +44,10 @@ pub(crate) fn client(slurm: &slurm_testenv::Instance) -> slurm_rest::Client {
         .unwrap()
 }
 
+/// A port for the bridge's probe server, reserved in slurm-testenv's pool (never one the kernel
+/// may hand an outgoing connection before the bridge binds it).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    slurm_testenv::ports::reserve_for_process(1).expect("reserve a port")[0]
 }
 
 /// GET `path` of the bridge's probe port (slurm-testenv's blocking client, off the runtime):

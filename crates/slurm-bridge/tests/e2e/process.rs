@@ -85,12 +85,8 @@ pub fn temp_dir(prefix: &str) -> std::path::PathBuf {
     d
 }
 
-/// A loopback port free right now (bound and released; another process may take it before the
-/// test's process binds it).
+/// A port for a server the test starts itself, reserved in slurm-testenv's pool: below the
+/// kernel's ephemeral range, so no outgoing connection takes it before the server binds it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    slurm_testenv::ports::reserve_for_process(1).expect("reserve a port")[0]
 }
