@@ -18,7 +18,7 @@ use chaos::observe::{self, Observed};
 use chaos::plan::{Fault, Plan};
 use chaos::report::{Figures, Injected};
 use e2e::{Env, NS};
-use fault_proxy::{FaultProxy, Faults, ProxyOptions, ServerTls, Upstream};
+use fault_proxy::{FaultProxy, Faults, ProxyOptions, Upstream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -47,17 +47,7 @@ async fn churn_survives_kills_restarts_outages_and_faulted_requests() {
     let mut slurm_opts = ProxyOptions::new(Upstream::plain(env.slurm.rest_url()).unwrap());
     slurm_opts.seed = Some(seed);
     let slurm_proxy = FaultProxy::start(slurm_opts).await.unwrap();
-    let kubeconfig = env.kube_env.kubeconfig();
-    let mut kube_opts = ProxyOptions::new(fault_proxy::kubeconfig::upstream(&kubeconfig).unwrap());
-    let pki = env.kube_env.dir().join("pki");
-    kube_opts.serve_tls = Some(ServerTls {
-        cert_pem: std::fs::read_to_string(pki.join("serving.crt")).unwrap(),
-        key_pem: std::fs::read_to_string(pki.join("serving.key")).unwrap(),
-    });
-    kube_opts.seed = Some(seed + 1);
-    let kube_proxy = FaultProxy::start(kube_opts).await.unwrap();
-    let proxied = dir.join("kubeconfig");
-    fault_proxy::kubeconfig::write_pointed_at(&kubeconfig, kube_proxy.url(), &proxied).unwrap();
+    let (kube_proxy, proxied) = e2e::kube_proxy::start(&env, |o| o.seed = Some(seed + 1)).await;
     // The five kinds the proxy answers itself, and as often an answer lost after the server
     // acted (a submit whose job exists, a Binding that landed): a retry must not double it.
     let faults = Faults {
