@@ -151,6 +151,7 @@ async fn a_standby_scheduler_does_not_act_until_it_leads() {
         .await;
     assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// Waits until `counter` has advanced by `n` from now: proof that what counts it (the job
@@ -235,6 +236,7 @@ async fn a_scheduler_that_loses_leadership_mid_pass_aborts_it() {
     assert_eq!(writes.submitted.load(Ordering::SeqCst), 1);
     assert_eq!(env.slurm_job_ids().len(), 1);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,6 +306,7 @@ async fn sigterm_lets_the_pass_in_flight_finish_with_readiness_false_first() {
         .await;
     assert_eq!(env.slurm_job_ids(), ids);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// GET `path` of the probe port: status and body (slurm-testenv's blocking client, off the

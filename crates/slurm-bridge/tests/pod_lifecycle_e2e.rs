@@ -369,6 +369,7 @@ async fn controllers_alone_cancel_the_job_of_a_force_deleted_pod() {
         .expect("force delete");
     env.wait_job_ended(id, Duration::from_secs(30)).await;
     assert!(env.scontrol_job(id).contains("JobState=CANCELLED"));
+    env.assert_invariants().await;
     ctrl.stop().await;
 }
 
@@ -436,5 +437,6 @@ async fn a_pending_pod_deleted_with_the_admission_finalizer_goes() {
         "released while Pending, not after PodGC failed it: {phases:?}"
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
     ctrl.stop().await;
 }

@@ -115,4 +115,5 @@ async fn the_webhook_adds_finalizer_and_toleration_so_binding_writes_the_label_o
         }
     }
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }

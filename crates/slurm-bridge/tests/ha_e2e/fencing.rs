@@ -290,4 +290,5 @@ async fn a_write_decided_before_the_deadline_is_not_sent_after_it() {
         .await;
     assert_eq!(env.slurm_job_ids().len(), 1);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }

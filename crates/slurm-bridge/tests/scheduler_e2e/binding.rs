@@ -37,6 +37,7 @@ async fn bare_pod_is_bound_to_its_slurm_allocation() {
     );
     assert_eq!(env.slurm_job_ids(), [id], "exactly one Slurm job");
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,6 +62,7 @@ async fn job_with_parallelism_three_gets_one_external_job_per_pod() {
         assert!(env.scontrol_job(id).contains("TimeLimit=00:05:00"));
     }
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,6 +102,7 @@ async fn node_selector_restricts_slurm_to_matching_nodes() {
     let job = env.scontrol_job(job_id_of(&pods[0]));
     assert!(job.contains("ExcNodeList=node-[1,3]"), "{job}");
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,6 +141,7 @@ async fn full_slurm_makes_pods_wait_until_a_job_ends() {
         bound[0].spec.as_ref().unwrap().node_name,
         "the freed node"
     );
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,6 +165,7 @@ async fn jobset_pods_get_one_external_job_each() {
         assert!(env.scontrol_job(id).contains("JobName=from-jobset"));
     }
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,6 +263,7 @@ async fn builtin_workload_gang_is_one_job_and_marks_the_podgroup_scheduled() {
         "one PodGroup write"
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,4 +294,5 @@ async fn leaderworkerset_groups_are_one_job_each() {
         );
     }
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }

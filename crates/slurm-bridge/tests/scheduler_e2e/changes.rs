@@ -39,6 +39,7 @@ async fn deleting_a_waiting_pod_cancels_its_job_and_completes_the_deletion() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(env.scontrol_job(waiting_job).contains("JobState=CANCELLED"));
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,6 +73,7 @@ async fn a_pending_job_cancelled_under_its_pod_is_replaced() {
         .unwrap();
     let second = env.wait_bound(&["second".into()], BIND_TIMEOUT).await;
     assert_eq!(job_id_of(&second[0]), fresh);
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,6 +123,7 @@ async fn a_pending_job_follows_a_node_that_becomes_schedulable() {
         Some("node-2")
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// Item 13: a pending job whose nodes all become unusable is reported, not dropped silently.
@@ -154,6 +157,7 @@ async fn a_pending_job_whose_nodes_become_unusable_is_reported() {
         .wait_condition("second", "NoFeasibleNodes", Duration::from_secs(60))
         .await;
     assert!(message.contains("stays pending"), "{message}");
+    env.assert_invariants().await;
 }
 
 /// Issue 21: a job Slurm starts on a Slurm node whose Kubernetes node is gone (deleted while
@@ -231,6 +235,7 @@ async fn a_job_allocated_a_deleted_node_is_resubmitted_without_it() {
         "{}",
         env.scontrol_job(fresh)
     );
+    env.assert_invariants().await;
 }
 
 /// A bare pod deleted and created again under the same name (another uid) while the scheduler is

@@ -52,6 +52,7 @@ async fn coscheduling_gang_is_submitted_only_when_complete() {
         .collect();
     assert_eq!(nodes.len(), 4, "one node per pod");
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// Item 1: a coscheduling PodGroup in phase Running refuses new pods, and its running gang keeps
@@ -104,6 +105,7 @@ async fn a_closed_podgroup_refuses_newcomers_and_keeps_its_running_gang() {
         "no job cancelled, none submitted"
     );
     assert_eq!(label_of(&env, "closed-2").await, None);
+    env.assert_invariants().await;
 }
 
 /// Item 2: a gang that loses a member while its job is pending gets a new job once it is
@@ -188,6 +190,7 @@ async fn a_gang_that_shrinks_while_pending_gets_a_new_job() {
     let names = ["shrinks-0".to_string(), "shrinks-1".to_string()];
     let pods = env.wait_bound(&names, BIND_TIMEOUT).await;
     assert!(pods.iter().all(|p| job_id_of(p) == second));
+    env.assert_invariants().await;
 }
 
 /// Item 2: a running gang below its minimum is left to the controllers: a new pod of the group
@@ -296,4 +299,5 @@ async fn a_gang_below_its_size_starts_its_minimum_and_the_rest_follow_alone() {
     assert_eq!(job_id_of(&pods[0]), alone);
     assert_ne!(job_id_of(&pods[1]), group_job);
     assert_ne!(job_id_of(&pods[1]), alone);
+    env.assert_invariants().await;
 }

@@ -31,6 +31,7 @@ async fn invalid_annotation_is_reported_and_nothing_is_submitted() {
     );
     assert!(env.slurm_job_ids().is_empty());
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,6 +75,7 @@ async fn a_gated_pod_waits_for_its_gates_to_be_removed() {
         .unwrap();
     env.wait_bound(&["gated".into()], BIND_TIMEOUT).await;
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,6 +119,7 @@ async fn a_pod_larger_than_every_node_is_not_submitted() {
         "no job label on the pod that does not fit"
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// Item 4: a job Slurm rejects for good is not sent again every few seconds: the pod shows
@@ -169,4 +172,5 @@ async fn a_permanent_slurm_rejection_waits_for_a_change() {
     env.wait_bound(&["nowhere".into()], BIND_TIMEOUT).await;
     assert_eq!(*writes.submits_entered.borrow(), 2);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }

@@ -115,6 +115,7 @@ async fn scheduler_killed_right_after_submit_makes_no_second_job() {
     used.dedup();
     assert_eq!(used, submitted);
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,4 +163,5 @@ async fn slurmrestd_outage_is_reported_and_recovered() {
         "one job per pod, nothing duplicated"
     );
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }

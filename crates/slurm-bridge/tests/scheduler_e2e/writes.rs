@@ -121,6 +121,7 @@ async fn annotations_reach_slurm() {
         assert!(job.contains(want), "missing {want} in {job}");
     }
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
 
 /// The real API server (Kubernetes 1.36) copies a Binding's labels onto the pod, which the
@@ -198,4 +199,5 @@ async fn the_real_api_server_copies_the_bindings_job_id_label() {
     })
     .await;
     env.assert_consistent().await;
+    env.assert_invariants().await;
 }
