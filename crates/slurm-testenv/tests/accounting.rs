@@ -259,7 +259,9 @@ fn qos_preemption_requeues_the_lower_qos_job() {
 
 #[test]
 fn qos_preemption_needs_accounting() {
+    let name = format!("qos-unaccounted-{}", std::process::id());
     let err = Instance::start(InstanceOptions {
+        name: Some(name.clone()),
         policy: Policy {
             preempt: Some(PreemptMode::Requeue),
             preempt_type: PreemptType::Qos,
@@ -273,6 +275,8 @@ fn qos_preemption_needs_accounting() {
             .contains("needs an instance with accounting"),
         "{err}"
     );
+    let dir = slurm_testenv::paths::run_dir().join(&name);
+    assert!(!dir.exists(), "a refused start left {}", dir.display());
 }
 
 #[test]

@@ -205,6 +205,20 @@ impl Instance {
             ),
         };
         validate_name(&name)?;
+        // Options refused before anything is made, so a refused start leaves no folder behind.
+        if opts.policy.preempt.is_some()
+            && opts.policy.preempt_type == crate::conf::PreemptType::Qos
+            && !opts.accounting
+        {
+            return Err(Error::NeedsAccounting {
+                what: "QoS preemption (preempt/qos)",
+            });
+        }
+        if opts.cgroups && opts.slurmd_nodes == 0 {
+            return Err(Error::NeedsSlurmdNodes {
+                what: "confining job steps with cgroups (`--cgroups`)",
+            });
+        }
         let dir = run_dir().join(&name);
         if dir.exists() {
             if let Ok(existing) = Instance::attach(&name)
@@ -216,11 +230,6 @@ impl Instance {
             rootfs::remove_tree(&dir)?;
         }
         let host_cpus = if opts.cgroups {
-            if opts.slurmd_nodes == 0 {
-                return Err(Error::NeedsSlurmdNodes {
-                    what: "confining job steps with cgroups (`--cgroups`)",
-                });
-            }
             cgroup::check_available()?;
             Some(HostCpus::detect().map_err(Error::io("read the host's CPUs"))?)
         } else {
@@ -257,14 +266,6 @@ impl Instance {
         let owner = Some(ProcId::current());
         let slurmd_count = opts.slurmd_nodes as usize;
         let accounting_ports = if opts.accounting { 2 } else { 0 };
-        if opts.policy.preempt.is_some()
-            && opts.policy.preempt_type == crate::conf::PreemptType::Qos
-            && !opts.accounting
-        {
-            return Err(Error::NeedsAccounting {
-                what: "QoS preemption (preempt/qos)",
-            });
-        }
         let inst = ports::reserve(3 + slurmd_count + accounting_ports, |p| {
             let slurmd = (0..slurmd_count)
                 .map(|i| SlurmdMeta {
