@@ -252,20 +252,13 @@ impl Runtime {
         }
     }
 
-    /// `conn` was registered: marked so while it is the current connection (under the lock
-    /// [`Runtime::detach`] takes, so an ended connection never reads as registered).
-    fn mark_registered(&self, conn: &Arc<Conn>) {
+    /// `conn` was registered (`registered`) or answered its Synchronize (`synchronized`): `flag`
+    /// is set while it is the current connection (under the lock [`Runtime::detach`] takes, so
+    /// an ended connection never reads as registered or synchronized).
+    fn mark(&self, conn: &Arc<Conn>, flag: &watch::Sender<bool>) {
         let cur = self.conn.lock().expect("runtime handle lock");
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            self.registered.send_replace(true);
-        }
-    }
-
-    /// `conn` answered its Synchronize: marked so while it is the current connection.
-    fn mark_synchronized(&self, conn: &Arc<Conn>) {
-        let cur = self.conn.lock().expect("runtime handle lock");
-        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            self.synchronized.send_replace(true);
+            flag.send_replace(true);
         }
     }
 }
@@ -311,7 +304,7 @@ pub async fn run_with<H: Handler>(
         let (runtime, conn) = (runtime.clone(), Arc::downgrade(&conn));
         Arc::new(move || {
             if let Some(conn) = conn.upgrade() {
-                runtime.mark_synchronized(&conn);
+                runtime.mark(&conn, &runtime.synchronized);
             }
         })
     };
@@ -320,7 +313,7 @@ pub async fn run_with<H: Handler>(
         &conn,
         (plugin_name, plugin_idx),
         handler,
-        || runtime.mark_registered(&conn),
+        || runtime.mark(&conn, &runtime.registered),
         synchronized,
     )
     .await
@@ -577,24 +570,24 @@ async fn answer<H: Handler>(conn: &Conn, handler: &H, msg: TtrpcMessage) -> bool
     if deadline > 0 && took > Duration::from_nanos(deadline as u64) {
         tracing::warn!(%method, took_ms = took.as_millis() as u64, "NRI: answered after the runtime's deadline; the runtime drops the plugin");
     }
-    let mut synchronized = false;
-    let resp = match result {
+    let (resp, synchronized) = match result {
         Ok(Answer {
             payload,
-            synchronized: ends_sync,
-        }) => {
-            synchronized = ends_sync;
+            synchronized,
+        }) => (
             frame::Response {
                 status: Some(frame::Status::default()),
                 payload,
-            }
-        }
+            },
+            synchronized,
+        ),
         Err(s) => {
             tracing::debug!(%method, code = s.code, message = %s.message, "NRI: call failed");
-            frame::Response {
+            let resp = frame::Response {
                 status: Some(s),
                 payload: Vec::new(),
-            }
+            };
+            (resp, false)
         }
     };
     let reply = TtrpcMessage {
