@@ -148,7 +148,7 @@ fn follow_one<S: Slurm>(
 
 /// What a pod change asks of the scheduler ([`SeenInputs::applied`]): a pass, and whether the
 /// pod was not cached before (its siblings are woken).
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Applied {
     pass: bool,
     new: bool,
@@ -427,54 +427,20 @@ mod tests {
             }))
             .unwrap()
         };
+        // Each answer as (pass, new).
+        let answer = |a: Applied| (a.pass, a.new);
         let mut seen = SeenInputs::default();
         let waiting = pod(None, "Pending", json!({}));
-        assert_eq!(
-            seen.applied(&waiting),
-            Applied {
-                pass: true,
-                new: true
-            }
-        );
-        assert_eq!(
-            seen.applied(&waiting),
-            Applied {
-                pass: false,
-                new: false
-            }
-        );
+        assert_eq!(answer(seen.applied(&waiting)), (true, true));
+        assert_eq!(answer(seen.applied(&waiting)), (false, false));
         let labelled = pod(None, "Pending", json!({"x": "1"}));
-        assert_eq!(
-            seen.applied(&labelled),
-            Applied {
-                pass: true,
-                new: false
-            }
-        );
+        assert_eq!(answer(seen.applied(&labelled)), (true, false));
         let bound = pod(Some("node-1"), "Pending", json!({"x": "1"}));
-        assert_eq!(
-            seen.applied(&bound),
-            Applied {
-                pass: false,
-                new: false
-            }
-        );
+        assert_eq!(answer(seen.applied(&bound)), (false, false));
         let running = pod(Some("node-1"), "Running", json!({"x": "2"}));
-        assert_eq!(
-            seen.applied(&running),
-            Applied {
-                pass: false,
-                new: false
-            }
-        );
+        assert_eq!(answer(seen.applied(&running)), (false, false));
         let mut fresh = SeenInputs::default();
-        assert_eq!(
-            fresh.applied(&running),
-            Applied {
-                pass: false,
-                new: true
-            }
-        );
+        assert_eq!(answer(fresh.applied(&running)), (false, true));
     }
 
     #[test]
